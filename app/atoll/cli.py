@@ -1,0 +1,125 @@
+"""The ``atoll`` command line. Commands are thin: parse, build a config, call the library.
+
+Only what a command needs is imported inside it: ``atoll --help`` and the commands that only
+read files never import torch or start MPI.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from atoll import __version__
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str, rank: int) -> NoReturn:
+    if rank == 0:
+        click.echo(f"atoll: error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _guarded(action: Callable[[], Any], debug: bool) -> Any:
+    """Turn user errors into one line and exit code 2, on every rank, without a traceback."""
+    from atoll.errors import AtollError
+    from atoll.logs import launcher_rank
+
+    try:
+        return action()
+    except AtollError as exc:
+        if debug:
+            raise
+        _fail(str(exc), launcher_rank())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="atoll")
+def cli() -> None:
+    """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
+
+    Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
+    2 bad input (config, search space, rank layout, run directory).
+    """
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML config file. Without it, the embedded default search runs.")
+@click.option("--run-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the run's HDF5 record (new or empty).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config key, e.g. --set search.islands=2 (repeatable).")
+@click.option("--top", default=5, show_default=True, help="Best individuals to list at the end.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], top: int,
+           debug: bool) -> None:
+    """Start a new search and record it in RUN_DIR.
+
+    \b
+    Examples:
+      atoll search --config examples/sphere.toml --run-dir runs/sphere
+      mpirun -n 4 atoll search --config examples/rastrigin.toml --run-dir runs/r \\
+          --set search.islands=2 --set migration.mode=pollination
+    """
+    from atoll.config import load_config
+    from atoll.logs import launcher_rank, setup_logging
+
+    setup_logging(launcher_rank(), debug)
+    config = _guarded(lambda: load_config(config_path, overrides), debug)
+    text = _config_text(config_path, overrides)
+    summary = _guarded(lambda: _run(config, run_dir, text), debug)
+    if summary is not None:
+        _print_summary(summary, top)
+
+
+def _config_text(path: Path | None, overrides: Sequence[str]) -> str:
+    """The config as the user gave it, for the record."""
+    if path is None:
+        from importlib.resources import files
+
+        text = files("atoll").joinpath("default.toml").read_text()
+    else:
+        text = path.read_text()
+    return text + "".join(f"\n# --set {o}" for o in overrides)
+
+
+def _run(config: Any, run_dir: Path, text: str) -> Any:
+    from mpi4py import MPI
+
+    from atoll.search import run_search
+
+    summary = run_search(config, run_dir, MPI.COMM_WORLD, config_text=text)
+    return summary if MPI.COMM_WORLD.Get_rank() == 0 else None
+
+
+def _print_summary(summary: Any, top: int) -> None:
+    from atoll.record import describe, open_run
+
+    click.echo(describe(open_run(summary.run_dir), top=top))
+    rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
+    click.echo(f"\nThis job: {summary.evaluations} evaluations in {summary.wall_seconds:.2f} s "
+               f"({rate:.1f}/s); results: {summary.results_file}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--top", default=10, show_default=True, help="Best individuals to list.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def inspect(run_dir: Path, top: int, debug: bool) -> None:
+    """Print a run's metadata, counts by status and best individuals (reads files only)."""
+    from atoll.record import describe, open_run
+
+    click.echo(_guarded(lambda: describe(open_run(run_dir), top=top), debug))
+
+
+def main() -> None:
+    cli(prog_name="atoll")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+"""The run configuration: a TOML file plus ``--set KEY=VALUE`` overrides, validated once.
+
+Nothing else in Atoll reads raw config: this module turns it into frozen dataclasses, and every
+mistake into one :class:`~atoll.errors.ConfigError` line that names the dotted key, the bad value and
+what is allowed. It imports only the standard library, numpy and Atoll's light modules, so reading
+a config never imports torch or starts MPI.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import difflib
+import importlib.resources
+import math
+import os
+import tomllib
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atoll.errors import ConfigError
+from atoll.objectives.benchmarks import BENCHMARKS
+from atoll.space import INT64_MAX, FloatParam, Space, key_path
+
+DEFAULT_CONFIG = "default.toml"
+"""The embedded default (``atoll`` package data), used when no file is given."""
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """What to evaluate. ``dimensions`` is the parameter count of a built-in, None otherwise."""
+
+    name: str = "sphere"
+    dimensions: int | None = None
+    data_dir: str = ""
+    options: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({}),
+                                       hash=False)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The budget and the rank layout of one run."""
+
+    generations: int = 100
+    max_evaluations: int = 0
+    wall_time: float = 0.0
+    ranks_per_worker: int = 1
+    islands: int = 1
+
+
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """The default propagator's knobs."""
+
+    population_size: int = 0
+    crossover: float = 0.7
+    mutation: float = 0.4
+    random_init: float = 0.1
+    sigma_factor: float = 0.05
+    selection: str = "best"
+    tournament_size: int = 3
+
+
+@dataclass(frozen=True)
+class MigrationConfig:
+    """How individuals travel between islands."""
+
+    mode: str = "migration"
+    probability: float = 0.1
+    migrants: int = 1
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """How results reach disk."""
+
+    flush_interval: float = 5.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """One validated run configuration."""
+
+    seed: int
+    objective: ObjectiveConfig
+    space: Space
+    search: SearchConfig
+    evolution: EvolutionConfig
+    migration: MigrationConfig
+    record: RecordConfig
+
+
+# --- value checkers: (value, dotted key) -> the validated value, or a ConfigError --------------
+
+Check = Callable[[Any, str], Any]
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it, on one line and not too long."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _integer(minimum: int) -> Check:
+    def check(value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{key}: expected an integer >= {minimum}, got {_show(value)}")
+        if value > INT64_MAX:
+            raise ConfigError(f"{key}: expected an integer <= {INT64_MAX}, got {value}")
+        return value
+
+    return check
+
+
+def _number(minimum: float, *, strict: bool) -> Check:
+    """A finite real; ``strict`` excludes the minimum itself."""
+    allowed = f"a number {'>' if strict else '>='} {minimum:g}"
+
+    def check(value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected {allowed}, got {_show(value)}")
+        try:
+            real = float(value)
+        except OverflowError:
+            raise ConfigError(f"{key}: expected {allowed}, got {value} (too large)") from None
+        if not math.isfinite(real) or real < minimum or (strict and real == minimum):
+            raise ConfigError(f"{key}: expected {allowed}, got {_show(value)}")
+        return real
+
+    return check
+
+
+def _probability(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key}: expected a probability in [0, 1], got {_show(value)}")
+    return float(value)
+
+
+def _string(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {_show(value)}")
+    return value
+
+
+def _one_of(*options: str) -> Check:
+    def check(value: Any, key: str) -> str:
+        if not isinstance(value, str) or value not in options:
+            close = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) \
+                else []
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{key}: expected one of {', '.join(map(repr, options))}, "
+                              f"got {_show(value)}{hint}")
+        return value
+
+    return check
+
+
+# --- the schema: section -> {key: checker}; defaults come from the dataclasses -----------------
+
+_SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
+    "search": (SearchConfig, {
+        "generations": _integer(1), "max_evaluations": _integer(0),
+        "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1),
+        "islands": _integer(1)}),
+    "evolution": (EvolutionConfig, {
+        "population_size": _integer(0), "crossover": _probability, "mutation": _probability,
+        "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
+        "selection": _one_of("best", "uniform", "tournament"), "tournament_size": _integer(2)}),
+    "migration": (MigrationConfig, {
+        "mode": _one_of("migration", "pollination"), "probability": _probability,
+        "migrants": _integer(1)}),
+    "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True)}),
+}
+_OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options")
+_TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
+_DIMENSIONS = _integer(1)
+_DEFAULT_DIMENSIONS = 2
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
+    """Reject unknown keys, suggesting the closest known one (or where a stray key belongs)."""
+    for name in table:
+        if name in allowed:
+            continue
+        name = str(name)
+        close = difflib.get_close_matches(name, allowed, n=1)
+        homes = [f"{s}.{name}" for s, (_, keys) in _SECTIONS.items() if name in keys]
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+        elif not prefix and homes:
+            hint = f"did you mean {homes[0]!r}?"
+        else:
+            hint = f"allowed: {', '.join(allowed)}"
+        raise ConfigError(f"{key_path(prefix, name)}: unknown key; {hint}")
+
+
+def _table(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a table, got {_show(value)}")
+    return value
+
+
+def _section(table: Mapping[str, Any], name: str) -> Any:
+    cls, checks = _SECTIONS[name]
+    raw = _table(table.get(name, {}), name)
+    _check_keys(raw, tuple(checks), name)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    return cls(**{k: check(raw.get(k, defaults[k]), f"{name}.{k}")
+                  for k, check in checks.items()})
+
+
+# --- the objective and its space ---------------------------------------------------------------
+
+
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is one of the benchmark functions that ship with Atoll."""
+    return isinstance(name, str) and name in BENCHMARKS
+
+
+def _is_reference(name: str) -> bool:
+    """``package.module:function``: a colon with (dotted) identifiers on both sides."""
+    module, colon, function = name.partition(":")
+    return bool(colon) and function.isidentifier() and \
+        all(part.isidentifier() for part in module.split("."))
+
+
+def _objective_name(value: Any) -> str:
+    name = _string(value, "objective.name")
+    if is_builtin(name) or _is_reference(name):
+        return name
+    close = difflib.get_close_matches(name, list(BENCHMARKS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"objective.name: {_show(name)} is neither a built-in "
+                      f"({', '.join(sorted(BENCHMARKS))}) nor 'package.module:function'{hint}")
+
+
+_TOML_SCALARS = (str, int, float, bool, datetime.date, datetime.time)  # datetime is a date
+
+
+def _freeze(value: Any, key: str) -> Any:
+    """A read-only deep copy of TOML data: tables become mapping proxies, arrays tuples."""
+    if isinstance(value, Mapping):
+        return types.MappingProxyType(
+            {str(k): _freeze(v, key_path(key, str(k))) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v, f"{key}[{i}]") for i, v in enumerate(value))
+    if not isinstance(value, _TOML_SCALARS):
+        raise ConfigError(f"{key}: {_show(value)} is not a TOML value")
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """The plain dicts and lists :func:`_freeze` came from."""
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Space]:
+    raw = _table(table.get("objective", {}), "objective")
+    _check_keys(raw, _OBJECTIVE_KEYS, "objective")
+    name = _objective_name(raw.get("name", ObjectiveConfig.name))
+    data_dir = _string(raw.get("data_dir", ""), "objective.data_dir")
+    options = _freeze(_table(raw.get("options", {}), "objective.options"), "objective.options")
+    dimensions = raw.get("dimensions")
+    if dimensions is not None:
+        dimensions = _DIMENSIONS(dimensions, "objective.dimensions")
+        if not is_builtin(name):
+            raise ConfigError(f"objective.dimensions: only a built-in benchmark takes dimensions, "
+                              f"got {dimensions} for {name!r}; describe its [space] instead")
+        if "space" in table:
+            raise ConfigError(f"objective.dimensions: given together with [space] (got "
+                              f"{dimensions}); drop one: [space] already sets the parameters")
+    if "space" in table:
+        space = Space.from_dict(table["space"], prefix="space")
+        if is_builtin(name):
+            _check_numeric(space, name)
+    elif is_builtin(name):
+        space = builtin_space(name, dimensions or _DEFAULT_DIMENSIONS)
+    else:
+        raise ConfigError(f"space: missing; objective {name!r} needs [space.NAME] tables, "
+                          "e.g. [space.lr] type = \"float\", low = 1e-4, high = 1e-1, log = true")
+    dims = len(space) if is_builtin(name) else None
+    return ObjectiveConfig(name, dims, data_dir, options), space
+
+
+def builtin_space(name: str, dimensions: int) -> Space:
+    """The space a built-in gets without a [space]: x0..x{n-1} over the benchmark's bounds."""
+    bench = BENCHMARKS[name]
+    return Space(tuple(FloatParam(f"x{i}", bench.low, bench.high) for i in range(dimensions)))
+
+
+def _check_numeric(space: Space, name: str) -> None:
+    """A benchmark reads every parameter as a number, so a string choice can never work."""
+    for param in space.params:
+        choices = getattr(param, "choices", ())
+        if any(isinstance(c, str) for c in choices):
+            raise ConfigError(f"{key_path('space', param.name)}: built-in {name!r} needs numbers, "
+                              f"got {param.kind} choices {_show(list(choices))}")
+
+
+# --- public API --------------------------------------------------------------------------------
+
+
+def parse_config(table: Mapping[str, Any]) -> Config:
+    """Validate an already-loaded table (a parsed file, or the copy a run stored for resume)."""
+    table = _table(table, "config")
+    _check_keys(table, _TOP_KEYS, "")
+    objective, space = _objective_and_space(table)
+    return Config(
+        seed=_integer(0)(table.get("seed", 0), "seed"),
+        objective=objective,
+        space=space,
+        search=_section(table, "search"),
+        evolution=_section(table, "evolution"),
+        migration=_section(table, "migration"),
+        record=_section(table, "record"),
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None,
+                overrides: Sequence[str] = ()) -> Config:
+    """Read a TOML file (None: the embedded default), apply ``KEY=VALUE`` overrides, validate."""
+    return parse_config(apply_overrides(read_table(path), overrides))
+
+
+def read_table(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The raw TOML table of ``path`` (None: the embedded default), before any validation."""
+    if path is None:
+        label = f"<embedded {DEFAULT_CONFIG}>"
+        text = importlib.resources.files("atoll").joinpath(DEFAULT_CONFIG).read_text("utf-8")
+    else:
+        label = os.fspath(path)
+        text = _read_text(label)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{label}: invalid TOML: {err}") from None
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") \
+            from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        reason = getattr(err, "strerror", None) or err
+        raise ConfigError(f"{path}: cannot read the config file: {reason}") from None
+
+
+def apply_overrides(table: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A deep copy of ``table`` with each ``KEY=VALUE`` (dotted key, TOML value) set in order."""
+    result = copy.deepcopy(dict(table))
+    for item in overrides:
+        key, value = _parse_override(item)
+        if key[0] == "space" and "space" not in result:
+            _materialize_builtin_space(result)
+        _set(result, key, value)
+    return result
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    """``'a.b=VALUE'`` -> (['a', 'b'], value); VALUE as TOML, else as a plain string."""
+    key, equals, text = item.partition("=")
+    parts = [part.strip() for part in key.split(".")]
+    if not equals or not all(parts):
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. search.islands=2")
+    try:
+        parsed = tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return parts, text
+    return parts, parsed["v"] if list(parsed) == ["v"] else text
+
+
+def _set(table: dict[str, Any], key: list[str], value: Any) -> None:
+    for depth, part in enumerate(key[:-1]):
+        inner = table.setdefault(part, {})
+        if not isinstance(inner, dict):
+            where = ".".join(key[: depth + 1])
+            raise ConfigError(f"{'.'.join(key)}: cannot set a key inside {where}, which is "
+                              f"{_show(inner)}, not a table")
+        table = inner
+    table[key[-1]] = value
+
+
+def _materialize_builtin_space(table: dict[str, Any]) -> None:
+    """Write out a built-in's generated space so that ``--set space.x0.high=3`` can edit it."""
+    objective = table.get("objective", {})
+    if not isinstance(objective, dict) or not is_builtin(objective.get("name", "sphere")):
+        return
+    dimensions = _DIMENSIONS(objective.pop("dimensions", _DEFAULT_DIMENSIONS),
+                             "objective.dimensions")
+    table["space"] = builtin_space(objective.get("name", "sphere"), dimensions).to_dict()
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """Plain TOML/JSON-safe data with ``parse_config(config_to_dict(c)) == c``.
+
+    The space is always written out (a built-in's generated one too, without ``dimensions``), so
+    a stored config does not depend on how this version generates default spaces.
+    """
+    objective = config.objective
+    return {
+        "seed": config.seed,
+        "objective": {"name": objective.name, "data_dir": objective.data_dir,
+                      "options": _thaw(objective.options)},
+        "space": config.space.to_dict(),
+        **{name: dataclasses.asdict(getattr(config, name)) for name in _SECTIONS},
+    }

@@ -1,0 +1,63 @@
+"""What an objective sees of Atoll: the evaluation context ``ctx``.
+
+An objective is ``objective(params, ctx) -> loss`` and ``ctx`` is the only Atoll object it
+touches: it never sees message tags, files or the population.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
+"""Receives (individual id, epoch, unix time, metrics) on the worker leader."""
+
+
+@dataclass
+class Context:
+    """Everything one evaluation may use.
+
+    ``comm`` is the worker's own communicator (all ranks that evaluate this individual
+    together); ``rng`` is seeded from the run seed and the individual id, so a rank's random
+    stream does not depend on which worker happens to evaluate the individual.
+    """
+
+    comm: MPI.Comm
+    individual_id: int
+    rng: np.random.Generator
+    data_dir: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    _sink: EpochSink | None = field(default=None, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    @property
+    def is_leader(self) -> bool:
+        """Only the leader's return value counts, and only it records epochs."""
+        return self.comm.Get_rank() == 0
+
+    def report(self, epoch: int, **metrics: float) -> bool:
+        """Record one epoch's metrics; answers whether to stop this evaluation early.
+
+        Call it on every rank of the worker with the same epoch; the leader records. The answer
+        is the same on every rank (no pruning policy yet, so it is always ``False``).
+        """
+        if self._sink is not None:
+            self._sink(self.individual_id, int(epoch), time.time(),
+                       {k: float(v) for k, v in metrics.items()})
+        return False

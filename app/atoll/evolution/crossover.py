@@ -1,0 +1,46 @@
+"""Crossover: two parents make one child."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from atoll.evolution.base import check_arity, check_probability
+from atoll.individual import Individual, Origin
+
+
+@dataclass(frozen=True)
+class CrossoverUniform:
+    """With ``probability``, each gene comes from either parent with equal chance; otherwise the
+    child copies the first parent (later mutation steps then make it differ).
+
+    The child is always a new, unevaluated individual (``id=-1``) that records both parents.
+    """
+
+    probability: float
+
+    def __post_init__(self) -> None:
+        check_probability("CrossoverUniform.probability", self.probability)
+
+    @property
+    def parents(self) -> int:
+        return 2
+
+    @property
+    def offspring(self) -> int:
+        return 1
+
+    def __call__(self, individuals: Sequence[Individual],
+                 rng: np.random.Generator) -> list[Individual]:
+        check_arity(self, individuals, 2)
+        first, second = individuals
+        params = dict(first.params)
+        if rng.random() < self.probability:
+            from_second = rng.random(len(params)) < 0.5
+            for name, take in zip(list(params), from_second, strict=True):
+                if take:
+                    params[name] = second.params[name]
+        return [Individual(id=-1, params=params, origin=Origin.BRED,
+                           parents=(first.id, second.id))]

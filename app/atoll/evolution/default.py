@@ -1,0 +1,54 @@
+"""The default propagator: Propulate's genetic algorithm, as a pipeline of Atoll operators."""
+
+from __future__ import annotations
+
+from atoll.evolution.base import Compose, Conditional, Propagator, check_count
+from atoll.evolution.crossover import CrossoverUniform
+from atoll.evolution.init import InitUniform
+from atoll.evolution.mutation import IntervalMutationNormal, PointMutation, interval_params
+from atoll.evolution.selection import SelectBest, SelectTournament, SelectUniform
+from atoll.space import Space
+
+SELECTIONS = ("best", "uniform", "tournament")
+
+
+def default_propagator(space: Space, population_size: int, *, crossover: float = 0.7,
+                       mutation: float = 0.4, random_init: float = 0.1,
+                       sigma_factor: float = 0.05, selection: str = "best",
+                       tournament_size: int = 3) -> Propagator:
+    """Breed one individual: random ones until the population is full, then select and vary.
+
+    Pipeline once full: pool selection (``population_size`` individuals) -> 2 parents uniformly
+    -> uniform crossover (``crossover``) -> point mutation (``mutation``) -> Gaussian interval
+    mutation (probability 1, as in Propulate's ``get_default_propagator``) -> replacement by a
+    random individual (``random_init``). Like Propulate, the interval step is left out when the
+    space has nothing it can move. Where Atoll differs from Propulate:
+
+    - the interval mutation also moves ints and ordinals, in unit (log for log floats) space;
+    - a point mutation never redraws the current value of a discrete parameter;
+    - ``selection`` picks the pool: "best" (Propulate's ``SelectMin``; here it relies on the
+      population arriving sorted), "uniform" or "tournament" (size ``tournament_size``);
+    - ``population_size`` must be at least 2, since crossover needs two distinct parents.
+    """
+    check_count("population_size", population_size, minimum=2)
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, "
+                         f"got {selection!r}")
+    steps: list[Propagator] = [
+        _pool(selection, population_size, tournament_size),
+        SelectUniform(2),
+        CrossoverUniform(crossover),
+        PointMutation(space, mutation),
+    ]
+    if interval_params(space):
+        steps.append(IntervalMutationNormal(space, sigma_factor, probability=1.0))
+    steps.append(InitUniform(space, random_init))
+    return Conditional(population_size, Compose(steps), InitUniform(space))
+
+
+def _pool(selection: str, population_size: int, tournament_size: int) -> Propagator:
+    if selection == "best":
+        return SelectBest(population_size)
+    if selection == "uniform":
+        return SelectUniform(population_size)
+    return SelectTournament(population_size, tournament_size)

@@ -1,0 +1,60 @@
+"""One evaluated (or to-be-evaluated) point of the search, as every part of Atoll sees it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from atoll.space import Params
+
+
+class Status(IntEnum):
+    """How an evaluation ended. Stored as its integer in messages and HDF5 (enum attribute)."""
+
+    OK = 0
+    FAILED = 1
+    PRUNED = 2
+    INTERRUPTED = 3
+
+
+class Origin(IntEnum):
+    """How the parameters were made."""
+
+    RANDOM = 0  # sampled from the space (initial population or random init)
+    BRED = 1  # produced by the propagator from parents
+
+
+NO_PARENT = -1
+
+
+@dataclass(slots=True)
+class Individual:
+    """A candidate with its bookkeeping.
+
+    Operators only read ``params`` and ``loss``; the island loop owns the rest. ``island`` is the
+    island the individual is active on now, ``owner`` the worker there that alone may emigrate it,
+    and ``version`` counts its migrations so that late messages about an older copy are ignored.
+    """
+
+    id: int
+    params: Params
+    island: int = 0
+    worker: int = 0
+    generation: int = 0
+    owner: int = 0
+    version: int = 0
+    parents: tuple[int, int] = (NO_PARENT, NO_PARENT)
+    origin: Origin = Origin.RANDOM
+    loss: float = math.nan
+    status: Status = Status.OK
+    born: float = 0.0
+    started: float = 0.0
+    finished: float = 0.0
+    active: bool = True
+    error: str = field(default="", repr=False)
+
+    @property
+    def usable(self) -> bool:
+        """Whether it may be a parent: evaluated fine with a finite loss."""
+        return self.status == Status.OK and math.isfinite(self.loss)

@@ -1,0 +1,154 @@
+"""The asynchronous island loop run by every worker leader.
+
+Breed from what this worker knows, evaluate, tell the island, take in what arrived, sometimes
+send emigrants to another island, and repeat until this worker's share of the budget is spent,
+the wall time is up, or a stop is requested. There is no generation barrier: a leader never
+waits for another leader until the final drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from atoll.evolution import Propagator
+from atoll.individual import Individual
+from atoll.population import Population
+from atoll.protocol import Mailbox, Tag
+from atoll.topology import Layout
+
+log = logging.getLogger(__name__)
+
+
+class Recorder(Protocol):
+    """Where a leader's own evaluations and emigrations go (the HDF5 worker log)."""
+
+    def add_individual(self, ind: Individual) -> None: ...
+    def add_migration(self, individual_id: int, version: int, mode: str, from_island: int,
+                      to_island: int, from_worker: int, to_worker: int, time: float) -> None: ...
+    def maybe_flush(self, now: float | None = None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class MigrationPolicy:
+    """Migration moves individuals to another island; pollination sends copies."""
+
+    mode: str = "migration"
+    probability: float = 0.1
+    migrants: int = 1
+
+    @property
+    def moves(self) -> bool:
+        return self.mode == "migration"
+
+
+@dataclass
+class Budget:
+    """This worker's share: ``evaluations`` to run, and an optional shared wall-clock deadline."""
+
+    evaluations: int
+    deadline: float = float("inf")
+    stop_requested: Callable[[], bool] = lambda: False
+
+    def exhausted(self, done: int) -> bool:
+        return done >= self.evaluations or time.time() >= self.deadline or self.stop_requested()
+
+
+@dataclass
+class IslandStats:
+    """What the leader measured, for the summary and the benchmarks."""
+
+    evaluations: int = 0
+    objective_seconds: float = 0.0
+    loop_seconds: float = 0.0
+    emigrants: int = 0
+    first_evaluation: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Evaluator = Callable[[Individual], None]
+"""Evaluates an individual in place (sets loss, status, error, started, finished)."""
+
+
+class IslandLoop:
+    """One worker leader's asynchronous search. Collective only in :meth:`run`'s final drain."""
+
+    def __init__(self, *, layout: Layout, worker: int, mailbox: Mailbox,
+                 propagator: Propagator, evaluate: Evaluator, recorder: Recorder,
+                 migration: MigrationPolicy, rng: np.random.Generator, id_base: int = 0,
+                 population: Population | None = None) -> None:
+        self.layout = layout
+        self.worker = worker
+        self.island = layout.island_of_worker(worker)
+        self.peers = tuple(w for w in layout.workers_on_island(self.island) if w != worker)
+        self.mailbox = mailbox
+        self.propagator = propagator
+        self.evaluate = evaluate
+        self.recorder = recorder
+        self.migration = migration
+        self.rng = rng
+        self.id_base = id_base
+        self.population = population if population is not None else Population()
+        self.stats = IslandStats()
+
+    def run(self, budget: Budget) -> IslandStats:
+        """Search until the budget is spent, then drain messages with the other leaders."""
+        start = time.time()
+        done = 0
+        while not budget.exhausted(done):
+            self.mailbox.poll(self._receive)
+            ind = self._breed(done)
+            self.evaluate(ind)
+            if done == 0:
+                self.stats.first_evaluation = ind.started
+            self.stats.objective_seconds += ind.finished - ind.started
+            done += 1
+            self.population.learn(ind)
+            self.recorder.add_individual(ind)
+            self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
+            if self.layout.islands > 1 and self.rng.random() < self.migration.probability:
+                self._emigrate()
+            self.recorder.maybe_flush()
+        self.stats.evaluations = done
+        self.mailbox.drain(self._receive)
+        self.stats.loop_seconds = time.time() - start
+        return self.stats
+
+    def _breed(self, generation: int) -> Individual:
+        child = self.propagator(self.population.ranked, self.rng)[0]
+        child.id = self.id_base + generation * self.layout.workers + self.worker
+        child.island, child.worker, child.owner = self.island, self.worker, self.worker
+        child.generation, child.version, child.active = generation, 0, True
+        child.born = time.time()
+        return child
+
+    def _receive(self, tag: Tag, source: int, payload: Any) -> None:
+        if tag == Tag.DEACTIVATE:
+            self.population.deactivate(*payload)
+        else:
+            self.population.learn(payload)
+
+    def _emigrate(self) -> None:
+        candidates = self.population.owned_by(self.worker)[: self.migration.migrants]
+        if not candidates:
+            return
+        others = [i for i in range(self.layout.islands) if i != self.island]
+        target = others[int(self.rng.integers(len(others)))]
+        target_workers = self.layout.workers_on_island(target)
+        now = time.time()
+        for ind in candidates:
+            owner = target_workers[int(self.rng.integers(len(target_workers)))]
+            migrant = replace(ind, island=target, owner=owner, version=ind.version + 1,
+                              active=True)
+            self.mailbox.send_individual(Tag.MIGRANT, migrant, target_workers)
+            if self.migration.moves:
+                self.population.deactivate(ind.id, ind.version)
+                self.mailbox.send_deactivate(ind.id, ind.version, self.peers)
+            self.recorder.add_migration(ind.id, migrant.version, self.migration.mode,
+                                        self.island, target, self.worker, owner, now)
+            self.stats.emigrants += 1

@@ -1,0 +1,1 @@
+"""Objectives: what one evaluation computes. See :mod:`atoll.objectives.loader`."""

@@ -1,0 +1,74 @@
+"""Opening record files with errors a user can act on, and JSON attributes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from atoll.errors import RecordError
+from atoll.record.schema import SCHEMA_VERSION
+
+KIND_ATTR = "kind"
+RUN_KIND = "atoll-run"
+WORKER_KIND = "atoll-worker"
+RESULTS_KIND = "atoll-results"
+
+
+def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = False) -> h5py.File:
+    """Open an Atoll file read-only; raise RecordError if it is missing, damaged or too new.
+
+    ``hint`` ends the damage message with what the user can do. ``lock=False`` reads a file
+    that a live writer holds (``atoll inspect`` during a run); ``lock=True`` fails instead,
+    which is what a resume wants.
+    """
+    if not path.is_file():
+        raise RecordError(f"{path}: not found")
+    try:
+        f = h5py.File(path, "r", locking=None if lock else False)
+    except OSError as exc:
+        if lock and "lock" in str(exc).lower():
+            raise RecordError(f"{path}: locked by another process; is a job of this run still "
+                              "running? Wait for it to end or stop it first") from exc
+        raise RecordError(f"{path}: damaged or not an HDF5 file ({exc}); {hint}") from exc
+    try:
+        check_version(f, path, kind)
+    except RecordError:
+        f.close()
+        raise
+    except Exception as exc:  # h5py raises OSError, KeyError, RuntimeError... on a damaged file
+        f.close()
+        raise RecordError(f"{path}: damaged ({exc}); {hint}") from exc
+    return f
+
+
+def check_version(f: h5py.File, path: Path, kind: str | None) -> int:
+    found = f.attrs.get(KIND_ATTR)
+    version = f.attrs.get("schema_version")
+    if version is None or (kind is not None and found != kind):
+        what = f"an {found!r} file" if found else "not an Atoll file"
+        expected = f"; expected an {kind!r} file" if kind else ""
+        raise RecordError(f"{path}: {what}{expected}; choose another run directory")
+    if int(version) > SCHEMA_VERSION:
+        raise RecordError(f"{path}: written with record schema version {int(version)}, but this "
+                          f"atoll reads up to version {SCHEMA_VERSION}; upgrade atoll to read "
+                          "or resume this run")
+    return int(version)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=False, separators=(",", ":"))
+
+
+def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
+    try:
+        return json.loads(text(obj.attrs[name]))
+    except (KeyError, ValueError) as exc:
+        raise RecordError(f"{path}: attribute {name!r} is missing or not JSON ({exc}); the "
+                          "file is damaged") from exc
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

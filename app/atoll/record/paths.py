@@ -1,0 +1,63 @@
+"""Every path inside a run directory, built in one place."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_FILE = "run.h5"
+WORKERS_DIR = "workers"
+RESULTS_FILE = "results.h5"
+WORKER_GLOB = "job*-worker*.h5"
+_WORKER_NAME = re.compile(r"job(\d+)-worker(\d+)\.h5")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The layout of a run directory::
+
+        RUN_DIR/run.h5                            config, space, jobs (world rank 0 only)
+        RUN_DIR/workers/job000-worker00000.h5     one per worker leader and job (the checkpoint)
+        RUN_DIR/results.h5                        everything in single tables, written at the end
+    """
+
+    run_dir: Path
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "run_dir", Path(run_dir))
+
+    @property
+    def run_file(self) -> Path:
+        return self.run_dir / RUN_FILE
+
+    @property
+    def workers_dir(self) -> Path:
+        return self.run_dir / WORKERS_DIR
+
+    @property
+    def results_file(self) -> Path:
+        return self.run_dir / RESULTS_FILE
+
+    def worker_file(self, job: int, worker: int) -> Path:
+        return self.workers_dir / f"job{job:03d}-worker{worker:05d}.h5"
+
+    def worker_files(self) -> list[Path]:
+        """The worker files that exist, in (job, worker) order."""
+        if not self.workers_dir.is_dir():
+            return []
+        found = [p for p in self.workers_dir.glob(WORKER_GLOB) if p.is_file()]
+        return sorted(found, key=_job_worker)
+
+    def temp_for(self, path: Path) -> Path:
+        """Where ``path`` is written before an atomic ``os.replace`` puts it in place."""
+        return path.with_name(f".{path.name}.tmp")
+
+
+def _job_worker(path: Path) -> tuple[int, int, str]:
+    """Sort key: numeric, so that job 1000 comes after job 999."""
+    match = _WORKER_NAME.fullmatch(path.name)
+    if match is None:
+        return (-1, -1, path.name)
+    return (int(match[1]), int(match[2]), path.name)

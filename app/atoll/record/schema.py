@@ -1,0 +1,201 @@
+"""The HDF5 schema: table dtypes, column meanings and units, and how a table is created.
+
+Every table is a one-dimensional, chunked, resizable compound dataset. Its attributes say what it
+holds: ``description``, and per column ``doc:NAME`` (meaning) and ``unit:NAME`` (where there is
+one), so ``h5ls -v`` and ``h5dump -A`` show them. ``rows`` is the number of committed rows: a
+writer updates it only after the rows themselves reached the file, so a reader that stops there
+never sees a half-written batch, even of a writer killed during a flush.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import h5py
+import numpy as np
+
+from atoll.errors import ConfigError, RecordError
+from atoll.individual import Origin, Status
+from atoll.space import CategoricalParam, FloatParam, IntParam, Param, Space
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a reader of the old version would misread a new file."""
+
+ROWS_ATTR = "rows"
+STATUS_NAMES = {s.name.lower(): int(s) for s in Status}
+ORIGIN_NAMES = {o.name.lower(): int(o) for o in Origin}
+MODE_NAMES = {"migration": 0, "pollination": 1}
+
+STR = h5py.string_dtype()
+STATUS = h5py.enum_dtype(STATUS_NAMES, basetype="i1")
+ORIGIN = h5py.enum_dtype(ORIGIN_NAMES, basetype="i1")
+MODE = h5py.enum_dtype(MODE_NAMES, basetype="i1")
+
+_UNIX = "unix seconds"
+# column -> (meaning, unit); one entry per fixed column of every table.
+COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
+    "individuals": {
+        "id": ("individual id, unique in the run", ""),
+        "island": ("island it was evaluated on", ""),
+        "worker": ("worker that evaluated it (global worker index)", ""),
+        "generation": ("generation on its island when it was bred", ""),
+        "parent_a": ("first parent's id, -1 if none", ""),
+        "parent_b": ("second parent's id, -1 if none", ""),
+        "origin": ("how its parameters were made: random or bred", ""),
+        "status": ("how its evaluation ended: ok, failed, pruned, interrupted", ""),
+        "version": ("number of migrations before it was recorded", ""),
+        "born": ("when it was created", _UNIX),
+        "started": ("when its evaluation started", _UNIX),
+        "finished": ("when its evaluation ended", _UNIX),
+        "loss": ("objective value, lower is better; NaN if none", "objective units"),
+        "error": ("error text with traceback for failed evaluations, else empty", ""),
+    },
+    "epochs": {
+        "individual": ("id of the individual", ""),
+        "epoch": ("epoch number as reported by the objective", ""),
+        "time": ("when the epoch was reported", _UNIX),
+    },
+    "migrations": {
+        "individual": ("id of the individual that moved", ""),
+        "version": ("its version after the move", ""),
+        "mode": ("migration (moved) or pollination (copied)", ""),
+        "from_island": ("island it left", ""),
+        "to_island": ("island it reached", ""),
+        "from_worker": ("worker that sent it", ""),
+        "to_worker": ("worker that received it", ""),
+        "time": ("when it was sent", _UNIX),
+    },
+    "jobs": {
+        "job": ("job number within the run, from 0", ""),
+        "start": ("when the job started", _UNIX),
+        "stop": ("when the job ended; NaN while running or if it was killed", _UNIX),
+        "exit_code": ("exit code of the job; -1 while running or if it was killed", ""),
+        "hosts": ("JSON list of the hosts the job ran on", ""),
+        "layout": ("JSON object: rank layout of the job (world size, workers, islands, ...)", ""),
+        "versions": ("JSON object: software versions of the job", ""),
+        "slurm": ("JSON object: SLURM job ids and variables, empty outside SLURM", ""),
+    },
+}
+TABLE_DOCS = {
+    "individuals": "one row per evaluated individual, any status",
+    "epochs": "one row per epoch an objective reported; one column per metric",
+    "migrations": "one row per migration or pollination of an individual",
+    "jobs": "one row per job (allocation) that worked on the run",
+}
+CHUNK_ROWS = {"individuals": 1024, "epochs": 4096, "migrations": 1024, "jobs": 64}
+
+RESERVED_COLUMNS: tuple[str, ...] = tuple(COLUMNS["individuals"])
+EPOCH_COLUMNS: tuple[str, ...] = tuple(COLUMNS["epochs"])
+
+
+def check_param_names(space: Space) -> None:
+    """Refuse parameter names that would collide with a fixed column of the individuals table."""
+    for name in space.names:
+        if name in RESERVED_COLUMNS:
+            raise ConfigError(f"space.{name}: the name {name!r} is reserved for the record; "
+                              "rename the parameter")
+
+
+def check_metric_name(name: object) -> str:
+    """A metric name must be a string that is not a fixed column of the epochs table."""
+    if not isinstance(name, str) or not name:
+        raise RecordError(f"metric name {name!r}: expected a non-empty string")
+    if name in EPOCH_COLUMNS:
+        raise RecordError(f"metric {name!r}: the name is reserved for the epochs table; "
+                          "rename the metric")
+    return name
+
+
+def param_dtype(param: Param) -> np.dtype:
+    """The column type of a parameter: categorical and ordinal values keep their own type."""
+    if isinstance(param, FloatParam):
+        return np.dtype("f8")
+    if isinstance(param, IntParam):
+        return np.dtype("i8")
+    value = param.choices[0]
+    if isinstance(value, bool):
+        return np.dtype("?")
+    if isinstance(value, int):
+        return np.dtype("i8")
+    if isinstance(value, float):
+        return np.dtype("f8")
+    return STR
+
+
+def param_doc(param: Param) -> str:
+    if isinstance(param, FloatParam):
+        scale = "log" if param.log else "linear"
+        return f"parameter: float in [{param.low}, {param.high}], {scale} scale"
+    if isinstance(param, IntParam):
+        return f"parameter: integer in [{param.low}, {param.high}]"
+    assert isinstance(param, CategoricalParam)
+    return f"parameter: {param.kind}, one of {list(param.choices)}"
+
+
+def individual_dtype(space: Space) -> np.dtype:
+    check_param_names(space)
+    fixed = [("id", "i8"), ("island", "i4"), ("worker", "i4"), ("generation", "i8"),
+             ("parent_a", "i8"), ("parent_b", "i8"), ("origin", ORIGIN), ("status", STATUS),
+             ("version", "i4"), ("born", "f8"), ("started", "f8"), ("finished", "f8"),
+             ("loss", "f8"), ("error", STR)]
+    return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])
+
+
+def epoch_dtype(metric_names: Iterable[str]) -> np.dtype:
+    metrics = [(check_metric_name(m), "f8") for m in metric_names]
+    return np.dtype([("individual", "i8"), ("epoch", "i4"), ("time", "f8")] + metrics)
+
+
+def migration_dtype() -> np.dtype:
+    return np.dtype([("individual", "i8"), ("version", "i4"), ("mode", MODE),
+                     ("from_island", "i4"), ("to_island", "i4"), ("from_worker", "i4"),
+                     ("to_worker", "i4"), ("time", "f8")])
+
+
+def job_dtype() -> np.dtype:
+    return np.dtype([("job", "i4"), ("start", "f8"), ("stop", "f8"), ("exit_code", "i4"),
+                     ("hosts", STR), ("layout", STR), ("versions", STR), ("slurm", STR)])
+
+
+def create_table(group: h5py.Group, name: str, dtype: np.dtype, *, table: str | None = None,
+                 extra_docs: Mapping[str, str] | None = None, data: np.ndarray | None = None,
+                 compress: bool = False) -> h5py.Dataset:
+    """Create table ``name`` (of kind ``table``, default ``name``) with its column attributes.
+
+    ``data``, if given, becomes the table's committed rows. Worker files are never compressed:
+    an uncompressed chunk keeps its place in the file, which keeps a killed flush local.
+    """
+    kind = table or name
+    rows = 0 if data is None else len(data)
+    chunk = CHUNK_ROWS[kind]
+    ds = group.create_dataset(name, shape=(rows,), maxshape=(None,), chunks=(chunk,),
+                              dtype=dtype, compression="gzip" if compress else None,
+                              shuffle=compress)
+    if rows:
+        ds[...] = data
+    ds.attrs["description"] = TABLE_DOCS[kind]
+    docs = COLUMNS[kind]
+    for column in dtype.names or ():
+        if column in docs:
+            meaning, unit = docs[column]
+            ds.attrs[f"doc:{column}"] = meaning
+            if unit:
+                ds.attrs[f"unit:{column}"] = unit
+        elif extra_docs and column in extra_docs:
+            ds.attrs[f"doc:{column}"] = extra_docs[column]
+    ds.attrs[ROWS_ATTR] = rows
+    return ds
+
+
+def param_docs(space: Space) -> dict[str, str]:
+    return {p.name: param_doc(p) for p in space.params}
+
+
+def metric_docs(names: Iterable[str]) -> dict[str, str]:
+    return {m: "metric reported by the objective" for m in names}
+
+
+def committed(ds: h5py.Dataset) -> np.ndarray:
+    """The committed rows of a table (all rows if it has no ``rows`` attribute)."""
+    rows = int(ds.attrs.get(ROWS_ATTR, ds.shape[0]))
+    return ds[: min(rows, ds.shape[0])]

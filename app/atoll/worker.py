@@ -1,0 +1,61 @@
+"""One worker: the ranks that evaluate an individual together.
+
+The leader breeds and hands each individual to its followers through a non-blocking broadcast
+of a typed record; followers wait with a back-off so that an idle rank does not spin on a core
+the evaluation needs. An id of ``STOP_ID`` ends the followers' loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from atoll.individual import Individual
+from atoll.protocol import Backoff, Codec
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+STOP_ID = -2
+
+
+class WorkerLink:
+    """Leader-to-followers hand-over of individuals within one worker communicator."""
+
+    def __init__(self, comm: MPI.Comm, codec: Codec) -> None:
+        self.comm = comm
+        self.codec = codec
+        self.single = comm.Get_size() == 1
+        self._buf = np.zeros(1, dtype=codec.dtype)
+
+    def _bcast(self, buf: np.ndarray) -> None:
+        from mpi4py import MPI
+
+        request = self.comm.Ibcast([buf, MPI.BYTE], root=0)
+        backoff = Backoff()
+        while not request.Test():
+            backoff.wait()
+
+    def hand_out(self, ind: Individual) -> None:
+        """Leader: give the followers the individual to evaluate next."""
+        if not self.single:
+            self._bcast(self.codec.encode(ind))
+
+    def stop(self) -> None:
+        """Leader: release the followers."""
+        if not self.single:
+            buf = np.zeros(1, dtype=self.codec.dtype)
+            buf[0]["id"] = STOP_ID
+            self._bcast(buf)
+
+    def follow(self, evaluate: Callable[[Individual], None]) -> int:
+        """Follower: evaluate whatever the leader hands out until it says stop."""
+        count = 0
+        while True:
+            self._bcast(self._buf)
+            if int(self._buf[0]["id"]) == STOP_ID:
+                return count
+            evaluate(self.codec.decode(self._buf))
+            count += 1
