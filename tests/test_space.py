@@ -121,11 +121,10 @@ def test_unit_round_trips(mixed: Space, rng: np.random.Generator) -> None:
         for p in mixed.params:
             unit = p.to_unit(params[p.name])
             assert 0.0 <= unit <= 1.0
-            back = p.from_unit(unit)
             if isinstance(p, FloatParam):
-                assert math.isclose(back, params[p.name], rel_tol=1e-9)
+                assert math.isclose(p.from_unit(unit), params[p.name], rel_tol=1e-9)
             else:
-                assert back == params[p.name]
+                assert p.from_unit(unit) == params[p.name]
 
 
 def test_from_unit_ends_and_out_of_range() -> None:
@@ -187,7 +186,7 @@ def _error(table: Any) -> str:
     ({"a": {"type": "categorical", "choices": "xy"}}, "space.a.choices: expected a list"),
     ({"a": {"type": "categorical", "choices": [[1]]}}, "space.a.choices: [1] is not a string"),
     ({"a": {"type": "categorical", "choices": [math.nan]}}, "space.a.choices: nan"),
-    ({"a": {"type": "float", "low": 0, "high": 1, "log": True}}, "space.a: log scale needs low > 0"),
+    ({"a": {"type": "float", "low": 0, "high": 1, "log": True}}, "space.a: log scale needs low"),
     ({"a": {"type": "float", "low": -1, "high": 1, "log": True}}, "space.a: log scale"),
     ({"a": {"type": "float", "low": 0, "high": 1, "logg": True}},
      "space.a.logg: unknown key for a float parameter; did you mean 'log'?"),

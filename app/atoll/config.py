@@ -1,9 +1,9 @@
 """The run configuration: a TOML file plus ``--set KEY=VALUE`` overrides, validated once.
 
-Nothing else in Atoll reads raw config: this module turns it into frozen dataclasses, and every
-mistake into one :class:`~atoll.errors.ConfigError` line that names the dotted key, the bad value and
-what is allowed. It imports only the standard library, numpy and Atoll's light modules, so reading
-a config never imports torch or starts MPI.
+Nothing else in Atoll reads raw config: this module turns it into frozen dataclasses, and
+every mistake into one :class:`~atoll.errors.ConfigError` line that names the dotted key, the bad
+value and what is allowed. It imports only the standard library, numpy and Atoll's light
+modules, so reading a config never imports torch or starts MPI.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import datetime
 import difflib
+import functools
 import importlib.resources
 import math
 import os
@@ -160,6 +161,14 @@ def _one_of(*options: str) -> Check:
     return check
 
 
+def _population_size(value: Any, key: str) -> int:
+    """0 means "2 x the island's workers"; otherwise crossover needs at least two parents."""
+    size = _integer(0)(value, key)
+    if size == 1:
+        raise ConfigError(f"{key}: expected 0 (2 x the workers of an island) or >= 2, got 1")
+    return size
+
+
 # --- the schema: section -> {key: checker}; defaults come from the dataclasses -----------------
 
 _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
@@ -168,7 +177,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1),
         "islands": _integer(1)}),
     "evolution": (EvolutionConfig, {
-        "population_size": _integer(0), "crossover": _probability, "mutation": _probability,
+        "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
         "selection": _one_of("best", "uniform", "tournament"), "tournament_size": _integer(2)}),
     "migration": (MigrationConfig, {
@@ -388,8 +397,9 @@ def _set(table: dict[str, Any], key: list[str], value: Any) -> None:
     for depth, part in enumerate(key[:-1]):
         inner = table.setdefault(part, {})
         if not isinstance(inner, dict):
-            where = ".".join(key[: depth + 1])
-            raise ConfigError(f"{'.'.join(key)}: cannot set a key inside {where}, which is "
+            full, where = (functools.reduce(key_path, parts, "")
+                           for parts in (key, key[: depth + 1]))
+            raise ConfigError(f"{full}: cannot set a key inside {where}, which is "
                               f"{_show(inner)}, not a table")
         table = inner
     table[key[-1]] = value

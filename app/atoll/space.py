@@ -31,7 +31,8 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def key_path(prefix: str, key: str) -> str:
-    """``prefix.key`` as TOML spells it: a key that is not bare is quoted, so errors stay one line."""
+    """``prefix.key`` as TOML spells it; a key that is not bare is quoted, so errors stay on one
+    line whatever the key holds."""
     shown = key if _BARE_KEY.fullmatch(key) else json.dumps(key)
     return f"{prefix}.{shown}" if prefix else shown
 
@@ -94,7 +95,7 @@ class FloatParam:
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, float, np.integer, np.floating)) and \
-            not isinstance(value, bool) and self.low <= value <= self.high
+            not isinstance(value, bool) and bool(self.low <= value <= self.high)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "low": self.low, "high": self.high, "log": self.log}
@@ -144,7 +145,7 @@ class IntParam:
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and \
-            self.low <= value <= self.high
+            bool(self.low <= value <= self.high)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "low": self.low, "high": self.high}
@@ -271,8 +272,8 @@ class Space:
 
 def _param_from_dict(name: str, spec: Any, key: str) -> Param:
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{key}: expected a table like {{ type = \"float\", low = 0, high = 1 }}, "
-                          f"got {spec!r}")
+        raise ConfigError(f"{key}: expected a table like "
+                          f"{{ type = \"float\", low = 0, high = 1 }}, got {spec!r}")
     kind = spec.get("type")
     if not isinstance(kind, str) or kind not in _KEYS:
         shown = "missing" if kind is None else f"{kind!r} is not a parameter type"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import numpy as np
 
 from atoll.errors import RecordError
 from atoll.record.schema import SCHEMA_VERSION
@@ -59,7 +60,8 @@ def check_version(f: h5py.File, path: Path, kind: str | None) -> int:
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=False, separators=(",", ":"))
+    """Compact JSON; values JSON lacks (TOML dates, paths) become their text."""
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
@@ -72,3 +74,11 @@ def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def decoded(table: np.ndarray) -> np.ndarray:
+    """``table`` with its variable-length strings as ``str`` (h5py reads them as bytes)."""
+    for name in table.dtype.names or ():
+        if table.dtype[name].kind == "O":
+            table[name] = [v.decode() if isinstance(v, bytes) else v for v in table[name]]
+    return table

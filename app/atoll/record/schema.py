@@ -82,7 +82,7 @@ TABLE_DOCS = {
     "migrations": "one row per migration or pollination of an individual",
     "jobs": "one row per job (allocation) that worked on the run",
 }
-CHUNK_ROWS = {"individuals": 1024, "epochs": 4096, "migrations": 1024, "jobs": 64}
+CHUNK_ROWS = {"individuals": 512, "epochs": 2048, "migrations": 512, "jobs": 64}
 
 RESERVED_COLUMNS: tuple[str, ...] = tuple(COLUMNS["individuals"])
 EPOCH_COLUMNS: tuple[str, ...] = tuple(COLUMNS["epochs"])

@@ -1,0 +1,36 @@
+"""The record: each worker leader's HDF5 log, the run file, the reader and ``results.h5``.
+
+Layout of a run directory (built only by :class:`RunPaths`)::
+
+    RUN_DIR/run.h5                          config, search space, jobs (world rank 0 writes it)
+    RUN_DIR/workers/job000-worker00000.h5   individuals, epochs, migrations of one worker leader
+    RUN_DIR/results.h5                      the whole run in single tables, written at the end
+
+Only h5py, numpy and the standard library are used here: never torch, never mpi4py.
+"""
+
+from atoll.record.consolidate import consolidate
+from atoll.record.paths import RunPaths
+from atoll.record.reader import RunData, open_run, read_completed
+from atoll.record.run import RunInfo, begin_job, check_run, create_run, end_job, software_versions
+from atoll.record.schema import SCHEMA_VERSION, check_param_names
+from atoll.record.summary import describe
+from atoll.record.writer import WorkerLog
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RunData",
+    "RunInfo",
+    "RunPaths",
+    "WorkerLog",
+    "begin_job",
+    "check_param_names",
+    "check_run",
+    "consolidate",
+    "create_run",
+    "describe",
+    "end_job",
+    "open_run",
+    "read_completed",
+    "software_versions",
+]

@@ -1,0 +1,47 @@
+"""``results.h5``: the whole run in single tables, readable with nothing but h5py or h5ls."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import h5py
+
+import atoll
+from atoll.record._h5 import KIND_ATTR, RESULTS_KIND, to_json
+from atoll.record.paths import RunPaths
+from atoll.record.reader import TABLES, open_run
+from atoll.record.schema import SCHEMA_VERSION, create_table, metric_docs, param_docs
+
+
+def consolidate(paths: RunPaths) -> Path:
+    """Write ``results.h5`` from the run's files; return its path.
+
+    Written to a temporary file first and moved in place with ``os.replace``, so a crash never
+    leaves half a ``results.h5``. The worker files stay: they are the checkpoint.
+    """
+    run = open_run(paths.run_dir)
+    target = paths.results_file
+    temp = paths.temp_for(target)
+    versions = json.loads(run.jobs["versions"][-1]) if len(run.jobs) else {}
+    docs = {"individuals": param_docs(run.space),
+            "epochs": metric_docs(run.epochs.dtype.names or ())}
+    # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
+    with h5py.File(temp, "w", libver=("v108", "latest")) as f:
+        f.attrs[KIND_ATTR] = RESULTS_KIND
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["atoll_version"] = atoll.__version__
+        f.attrs["consolidated"] = time.time()
+        f.attrs["created"] = run.metadata.get("created", float("nan"))
+        f.attrs["config"] = run.metadata.get("config", "")
+        f.attrs["config_json"] = to_json(run.config_table)
+        f.attrs["space"] = to_json(run.space.to_dict())
+        f.attrs["versions"] = to_json(versions)
+        for name in TABLES:
+            table = getattr(run, name)
+            create_table(f, name, table.dtype, extra_docs=docs.get(name), data=table,
+                         compress=True)
+    os.replace(temp, target)
+    return target

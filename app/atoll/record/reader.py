@@ -1,0 +1,215 @@
+"""Reading a run back: numpy structured arrays, pandas frames when pandas is there.
+
+A run is read from its worker files (the checkpoint, complete up to each writer's last flush)
+and ``run.h5``; if the worker files are gone, from ``results.h5``. Files are opened without
+HDF5 file locking, so a run can be inspected while it is being written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import h5py
+import numpy as np
+
+from atoll.errors import AtollError, RecordError
+from atoll.record._h5 import (
+    RESULTS_KIND,
+    RUN_KIND,
+    WORKER_KIND,
+    decoded,
+    json_attr,
+    open_h5,
+    text,
+)
+from atoll.record.paths import RunPaths
+from atoll.record.schema import (
+    EPOCH_COLUMNS,
+    committed,
+    epoch_dtype,
+    individual_dtype,
+    job_dtype,
+    migration_dtype,
+)
+from atoll.record.writer import NEW_EPOCHS
+from atoll.space import Space
+
+if TYPE_CHECKING:
+    import pandas
+
+TABLES = ("individuals", "epochs", "migrations", "jobs")
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a run recorded. Strings are ``str``; enum columns (status, origin, mode) are
+    small integers whose names ``h5py.check_enum_dtype(a.dtype["status"])`` gives."""
+
+    individuals: np.ndarray
+    epochs: np.ndarray
+    migrations: np.ndarray
+    jobs: np.ndarray
+    space: Space
+    config_table: dict[str, Any]
+    metadata: dict[str, Any]
+
+    def frame(self, name: str) -> pandas.DataFrame:
+        """Table ``name`` as a pandas DataFrame, enum columns as their names."""
+        if name not in TABLES:
+            raise ValueError(f"table: expected one of {', '.join(TABLES)}, got {name!r}")
+        try:
+            import pandas as pd
+        except ImportError:
+            raise RecordError("RunData.frame needs pandas, which is not installed; install it "
+                              "(pip install pandas) or use the numpy arrays, e.g. "
+                              f"run.{name}") from None
+        table: np.ndarray = getattr(self, name)
+        columns: dict[str, Any] = {}
+        for field in table.dtype.names or ():
+            enum = h5py.check_enum_dtype(table.dtype[field])
+            if enum:
+                names = {value: key for key, value in enum.items()}
+                columns[field] = [names.get(int(v), str(v)) for v in table[field]]
+            else:
+                columns[field] = table[field]
+        return pd.DataFrame(columns)
+
+
+def open_run(run_dir: str | Path) -> RunData:
+    """Read a run directory (or a ``results.h5`` file given directly)."""
+    path = Path(run_dir)
+    if path.is_file():
+        return _read_results(path)
+    paths = RunPaths(path)
+    workers = paths.worker_files()
+    if not workers and paths.results_file.is_file():
+        return _read_results(paths.results_file)
+    if not paths.run_file.is_file() and not workers:
+        raise RecordError(f"{path}: not an Atoll run (no run.h5, worker files or results.h5)")
+    space, config_table, meta, jobs = _read_run_file(paths, workers)
+    parts = [_read_worker(p) for p in workers]
+    metrics = _union(p[1].dtype.names[len(EPOCH_COLUMNS):] for p in parts)
+    meta.update(source="workers", worker_files=[str(p) for p in workers],
+                unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
+                                       if not part[3]])
+    return RunData(
+        individuals=_by(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
+        epochs=_by(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual", "epoch"),
+        migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
+        jobs=jobs, space=space, config_table=config_table, metadata=meta)
+
+
+def read_completed(run_dir: str | Path) -> np.ndarray:
+    """Only the individuals table, sorted by id: the fast path for a resume."""
+    paths = RunPaths(run_dir)
+    workers = paths.worker_files()
+    if not workers and paths.results_file.is_file():
+        with open_h5(paths.results_file, hint=_hint(paths.results_file), kind=RESULTS_KIND) as f:
+            return _by(decoded(committed(f["individuals"])), "id")
+    space = _read_run_file(paths, workers)[0]
+    tables = []
+    for path in workers:
+        with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
+            tables.append(committed(f["individuals"]))
+    return _by(_concat(tables, individual_dtype(space)), "id")
+
+
+def _hint(path: Path) -> str:
+    return f"move it out of {path.parent} to read the rest of the run"
+
+
+def _read_run_file(paths: RunPaths, workers: list[Path]
+                   ) -> tuple[Space, dict[str, Any], dict[str, Any], np.ndarray]:
+    """Space, config table, metadata and jobs; the space from a worker file if run.h5 is gone."""
+    meta: dict[str, Any] = {"run_dir": str(paths.run_dir)}
+    if paths.run_file.is_file():
+        with open_h5(paths.run_file, hint="restore it from a backup", kind=RUN_KIND) as f:
+            stored = json_attr(f, "space", paths.run_file)
+            config_table = json_attr(f, "config_json", paths.run_file)
+            meta.update(_root_attrs(f))
+            jobs = decoded(committed(f["jobs"]))
+        return _space(stored, paths.run_file), config_table, meta, jobs
+    with open_h5(workers[0], hint=_hint(workers[0]), kind=WORKER_KIND) as f:
+        stored = json_attr(f, "space", workers[0])
+    meta["warning"] = "run.h5 is missing: no config and no jobs"
+    return _space(stored, workers[0]), {}, meta, np.empty(0, dtype=job_dtype())
+
+
+def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
+        try:
+            epochs = f["epochs"] if "epochs" in f else f[NEW_EPOCHS]
+            return (committed(f["individuals"]), committed(epochs),
+                    committed(f["migrations"]), bool(f.attrs.get("closed", False)))
+        except (KeyError, OSError, RuntimeError) as exc:
+            raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
+
+
+def _read_results(path: Path) -> RunData:
+    with open_h5(path, hint="consolidate the run again from its worker files",
+                 kind=RESULTS_KIND) as f:
+        stored = json_attr(f, "space", path)
+        config_table = json_attr(f, "config_json", path)
+        meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
+        tables = {name: decoded(committed(f[name])) for name in TABLES}
+    return RunData(**tables, space=_space(stored, path), config_table=config_table,
+                   metadata=meta)
+
+
+def _root_attrs(f: h5py.File) -> dict[str, Any]:
+    keep = ("schema_version", "atoll_version", "created", "config", "versions", "consolidated")
+    out: dict[str, Any] = {}
+    for key in keep:
+        if key in f.attrs:
+            value = f.attrs[key]
+            out[key] = text(value) if isinstance(value, (str, bytes)) else value.item()
+    return out
+
+
+def _space(stored: Any, path: Path) -> Space:
+    try:
+        return Space.from_dict(stored)
+    except AtollError as exc:
+        raise RecordError(f"{path}: the stored search space is invalid ({exc})") from exc
+
+
+def _union(names: Iterable[Iterable[str]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for group in names:
+        seen.update(dict.fromkeys(group))
+    return list(seen)
+
+
+def _concat(tables: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """Rows of every table under ``dtype``, matched by column name; missing columns filled
+    (NaN for floats, -1 for integers, "" for strings); strings decoded to ``str``."""
+    out = np.empty(sum(len(t) for t in tables), dtype=dtype)
+    start = 0
+    for table in tables:
+        stop = start + len(table)
+        present = set(table.dtype.names or ())
+        for name in dtype.names or ():
+            out[name][start:stop] = table[name] if name in present else _missing(dtype[name])
+        start = stop
+    return decoded(out)
+
+
+def _missing(dtype: np.dtype) -> Any:
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind in "iu":
+        return -1
+    if dtype.kind == "b":
+        return False
+    return ""
+
+
+def _by(table: np.ndarray, *keys: str) -> np.ndarray:
+    """Sorted by ``keys`` (first key most significant), stable."""
+    if len(table) < 2:
+        return table
+    order = np.lexsort(tuple(table[k] for k in reversed(keys)))
+    return table[order]

@@ -1,0 +1,253 @@
+"""The run file ``run.h5``: config, search space and jobs; written by world rank 0 only.
+
+``check_run`` validates a run directory before a resume and never writes: every problem is a
+:class:`~atoll.errors.RecordError` and leaves the directory exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+import atoll
+from atoll.errors import AtollError, RecordError
+from atoll.record._h5 import (
+    KIND_ATTR,
+    RUN_KIND,
+    WORKER_KIND,
+    check_version,
+    decoded,
+    json_attr,
+    open_h5,
+    text,
+    to_json,
+)
+from atoll.record.paths import RunPaths
+from atoll.record.schema import (
+    ROWS_ATTR,
+    SCHEMA_VERSION,
+    check_param_names,
+    committed,
+    create_table,
+    job_dtype,
+)
+from atoll.space import Space
+
+_LEFTOVERS = {".run.h5.tmp"}  # what a create_run killed half-way may leave behind
+_RUN_HINT = "restore it from a backup, or start a new run directory"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a resume needs to know about an existing run."""
+
+    run_dir: Path
+    schema_version: int
+    config_table: dict[str, Any]
+    config_text: str
+    space: Space
+    jobs: np.ndarray
+    """The jobs table: job, start, stop, exit_code, hosts, layout, versions, slurm (JSON)."""
+    worker_files: tuple[Path, ...]
+    evaluations: int
+    """Individuals recorded so far, any status: what the run has spent of its budget."""
+    next_id: int
+    """The first individual id no earlier job used."""
+
+    @property
+    def next_job(self) -> int:
+        return len(self.jobs)
+
+
+def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
+               space: Space) -> None:
+    """Start a new run: make the directory if needed and write ``run.h5``."""
+    check_param_names(space)
+    run_dir = paths.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
+                          "directory for the run")
+    if paths.run_file.exists():
+        raise RecordError(f"{run_dir}: holds an Atoll run already; use 'atoll resume {run_dir}' "
+                          "to continue it, or choose a new directory")
+    if run_dir.is_dir():
+        foreign = sorted(e.name for e in run_dir.iterdir() if not _tolerated(e, paths))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise RecordError(f"{run_dir}: not empty and not an Atoll run (it holds {shown}); "
+                              "choose an empty or new directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    temp = paths.temp_for(paths.run_file)
+    # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
+    with h5py.File(temp, "w", libver=("v108", "latest")) as f:
+        f.attrs[KIND_ATTR] = RUN_KIND
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["atoll_version"] = atoll.__version__
+        f.attrs["created"] = time.time()
+        f.attrs["config"] = config_text
+        f.attrs["config_json"] = to_json(dict(config_table))
+        f.attrs["space"] = to_json(space.to_dict())
+        create_table(f, "jobs", job_dtype())
+    os.replace(temp, paths.run_file)
+    paths.workers_dir.mkdir(exist_ok=True)
+
+
+def _tolerated(entry: Path, paths: RunPaths) -> bool:
+    if entry.name in _LEFTOVERS:
+        return True
+    return entry == paths.workers_dir and entry.is_dir() and not any(entry.iterdir())
+
+
+def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
+    """Validate a run directory for a resume; read only."""
+    run_dir = paths.run_dir
+    if not run_dir.is_dir():
+        raise RecordError(f"{run_dir}: no such directory; give the directory of an Atoll run")
+    if not paths.run_file.exists():
+        raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
+                          "of an Atoll run, or use 'atoll run' to start a new one")
+    with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True) as f:
+        version = int(f.attrs["schema_version"])
+        stored = json_attr(f, "space", paths.run_file)
+        config_table = json_attr(f, "config_json", paths.run_file)
+        config_text = text(f.attrs.get("config", ""))
+        try:
+            jobs = decoded(committed(f["jobs"]))
+        except (KeyError, OSError, RuntimeError) as exc:
+            raise RecordError(f"{paths.run_file}: damaged jobs table ({exc}); {_RUN_HINT}") \
+                from exc
+    try:
+        run_space = Space.from_dict(stored)
+    except AtollError as exc:
+        raise RecordError(f"{paths.run_file}: the stored search space is invalid ({exc}); "
+                          f"{_RUN_HINT}") from exc
+    if space is not None:
+        diff = space_difference(stored, space)
+        if diff:
+            raise RecordError(f"{run_dir}: the search space differs from the run's: {diff}; "
+                              "resume with the run's space or start a new run directory")
+    evaluations, next_id = 0, 0
+    workers = tuple(paths.worker_files())
+    for path in workers:
+        count, top = _check_worker(path, stored)
+        evaluations += count
+        next_id = max(next_id, top + 1)
+    return RunInfo(run_dir, version, config_table, config_text, run_space, jobs, workers,
+                   evaluations, next_id)
+
+
+def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:
+    """Open a worker file as a resume will; return (committed individuals, largest id)."""
+    hint = f"move it out of {path.parent} to resume without its rows"
+    with open_h5(path, hint=hint, kind=WORKER_KIND, lock=True) as f:
+        try:
+            worker_space = json_attr(f, "space", path)
+            ds = f["individuals"]
+            rows = min(int(ds.attrs.get(ROWS_ATTR, ds.shape[0])), ds.shape[0])
+            ids = ds.fields("id")[:rows]
+            if "epochs" not in f and "epochs.new" not in f:
+                raise KeyError("no epochs table")
+            f["migrations"].attrs.get(ROWS_ATTR)
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise RecordError(f"{path}: damaged ({exc}); {hint}") from exc
+    if worker_space != stored_space:
+        diff = _dict_difference(worker_space, stored_space, "the worker file", "run.h5")
+        raise RecordError(f"{path}: its search space differs from run.h5's: {diff}; {hint}")
+    return rows, int(ids.max()) if rows else -1
+
+
+def space_difference(stored: Mapping[str, Any], space: Space) -> str | None:
+    """The first difference between a stored space and ``space``, or None if they are equal."""
+    given = json.loads(to_json(space.to_dict()))
+    return _dict_difference(stored, given, "the run", "now")
+
+
+def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_name: str,
+                     new_name: str) -> str | None:
+    for name in old:
+        if name not in new:
+            return f"parameter {name!r} is in {old_name} but not {new_name}"
+    for name in new:
+        if name not in old:
+            return f"parameter {name!r} is {new_name} but not in {old_name}"
+    for name, spec in old.items():
+        for key in sorted(set(spec) | set(new[name])):
+            if spec.get(key) != new[name].get(key):
+                return (f"space.{name}.{key} is {spec.get(key)!r} in {old_name}, "
+                        f"{new[name].get(key)!r} {new_name}")
+    return None
+
+
+def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
+              versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
+    """Append a job to the jobs table; return its number (0 for the first job of the run)."""
+    with _open_for_write(paths) as f:
+        ds = f["jobs"]
+        job = int(ds.attrs[ROWS_ATTR])
+        row = np.array([(job, start, math.nan, -1, to_json(list(hosts)), to_json(dict(layout)),
+                         to_json(dict(versions)), to_json(dict(slurm)))], dtype=job_dtype())
+        ds.resize((job + 1,))
+        ds[job:] = row
+        f.flush()
+        ds.attrs[ROWS_ATTR] = job + 1
+    return job
+
+
+def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
+    """Record when and how a job ended."""
+    with _open_for_write(paths) as f:
+        ds = f["jobs"]
+        rows = int(ds.attrs[ROWS_ATTR])
+        if not 0 <= job < rows:
+            raise RecordError(f"{paths.run_file}: no job {job} (the run has {rows} jobs)")
+        row = ds[job]
+        row["stop"] = stop
+        row["exit_code"] = exit_code
+        ds[job] = row
+
+
+def _open_for_write(paths: RunPaths) -> h5py.File:
+    if not paths.run_file.is_file():
+        raise RecordError(f"{paths.run_dir}: not an Atoll run (no run.h5 in it)")
+    try:
+        f = h5py.File(paths.run_file, "r+")
+    except OSError as exc:
+        raise RecordError(f"{paths.run_file}: cannot be opened for writing ({exc})") from exc
+    try:
+        check_version(f, paths.run_file, RUN_KIND)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def software_versions(mpi_library: str = "") -> dict[str, str]:
+    """Versions worth recording; never imports torch or mpi4py to learn them."""
+    versions = {"atoll": atoll.__version__, "python": sys.version.split()[0],
+                "numpy": np.__version__, "h5py": h5py.version.version,
+                "hdf5": h5py.version.hdf5_version}
+    for name in ("torch", "mpi4py"):
+        module = sys.modules.get(name)
+        found = getattr(module, "__version__", None) if module else None
+        if found is None:
+            try:
+                found = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        versions[name] = str(found)
+    if mpi_library:
+        versions["mpi_library"] = mpi_library.strip()
+    return versions

@@ -1,0 +1,262 @@
+"""The per-worker log: one HDF5 file per worker leader and job, written only by that leader.
+
+Rows wait in memory (plain tuples, a few microseconds each) and reach the file only in
+:meth:`WorkerLog.flush`: one resize and one slice assignment per table, ``h5file.flush()``,
+then the tables' ``rows`` attributes are raised to the new counts and the file is flushed again.
+A process killed at any moment leaves a file that opens, and a reader that stops at ``rows``
+sees whole flushed batches only (MACHINE.md, "HDF5 and kill -9").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from operator import itemgetter
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import h5py
+import numpy as np
+
+import atoll
+from atoll.errors import RecordError
+from atoll.individual import Individual
+from atoll.record._h5 import KIND_ATTR, WORKER_KIND, to_json
+from atoll.record.schema import (
+    MODE_NAMES,
+    ROWS_ATTR,
+    SCHEMA_VERSION,
+    check_metric_name,
+    create_table,
+    epoch_dtype,
+    individual_dtype,
+    metric_docs,
+    migration_dtype,
+    param_docs,
+)
+from atoll.space import Space
+
+log = logging.getLogger(__name__)
+
+NEW_EPOCHS = "epochs.new"
+"""Where a widened epochs table is built before it replaces ``epochs`` (readers know it)."""
+
+
+class WorkerLog:
+    """Append-only record of one worker leader in one job."""
+
+    def __init__(self, path: Path, space: Space, *, job: int, worker: int,
+                 flush_interval: float) -> None:
+        if not flush_interval >= 0:
+            raise ValueError(f"flush_interval: expected seconds >= 0, got {flush_interval!r}")
+        self.path = Path(path)
+        self._ind_dtype = individual_dtype(space)
+        self._mig_dtype = migration_dtype()
+        self._params = _param_getter(space.names)
+        self._interval = float(flush_interval)
+        self._individuals: list[tuple[Any, ...]] = []
+        self._epochs: list[tuple[int, int, float, dict[str, float]]] = []
+        self._migrations: list[tuple[Any, ...]] = []
+        self._columns: list[str] = []  # metric columns of the epochs table in the file
+        self._known: dict[str, None] = {}  # metrics seen so far (file or pending), in order
+        self._rows = {"individuals": 0, "epochs": 0, "migrations": 0}
+        self._file = _create(self.path, space, job=job, worker=worker)
+        self._closed = False
+        self._last_flush = time.monotonic()
+
+    # -- appending: memory only ------------------------------------------------------------
+    def add_individual(self, ind: Individual) -> None:
+        """Queue a finished evaluation (any status)."""
+        try:
+            params = self._params(ind.params)
+        except KeyError as exc:
+            raise RecordError(f"individual {ind.id}: no value for parameter {exc.args[0]!r}") \
+                from None
+        parents = ind.parents
+        self._individuals.append(
+            (ind.id, ind.island, ind.worker, ind.generation, parents[0], parents[1], ind.origin,
+             ind.status, ind.version, ind.born, ind.started, ind.finished, ind.loss, ind.error)
+            + params)
+
+    def add_epoch(self, individual_id: int, epoch: int, time: float,
+                  metrics: Mapping[str, float]) -> None:
+        """Queue one epoch; a metric never seen before gets its own column at the next flush."""
+        try:
+            values = {name: float(value) for name, value in metrics.items()}
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"individual {individual_id}, epoch {epoch}: metrics must be "
+                              f"numbers, got {dict(metrics)!r}") from exc
+        if not self._known.keys() >= values.keys():
+            for name in values:
+                self._known.setdefault(check_metric_name(name))
+        self._epochs.append((individual_id, epoch, time, values))
+
+    def add_migration(self, individual_id: int, version: int, mode: str, from_island: int,
+                      to_island: int, from_worker: int, to_worker: int, time: float) -> None:
+        """Queue one migration (``mode="migration"``) or pollination."""
+        try:
+            code = MODE_NAMES[mode]
+        except KeyError:
+            raise ValueError(f"mode: expected one of {list(MODE_NAMES)}, got {mode!r}") from None
+        self._migrations.append((individual_id, version, code, from_island, to_island,
+                                 from_worker, to_worker, time))
+
+    @property
+    def pending(self) -> int:
+        """Rows waiting for the next flush, over all tables."""
+        return len(self._individuals) + len(self._epochs) + len(self._migrations)
+
+    # -- writing ---------------------------------------------------------------------------
+    def maybe_flush(self, now: float | None = None) -> bool:
+        """Flush if ``flush_interval`` seconds passed since the last flush and rows wait.
+
+        ``now`` is a ``time.monotonic()`` reading, for callers that already have one.
+        """
+        if now is None:
+            now = time.monotonic()
+        if now - self._last_flush < self._interval or not (
+                self._individuals or self._epochs or self._migrations):
+            return False
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Write every pending row, then commit the new row counts."""
+        if self._closed:
+            raise RecordError(f"{self.path}: the worker log is closed")
+        if len(self._known) > len(self._columns):
+            self._widen_epochs()
+        written: list[tuple[str, int]] = []
+        if self._individuals:
+            written.append(self._append("individuals", self._individual_array()))
+        if self._epochs:
+            written.append(self._append("epochs", self._epoch_array()))
+        if self._migrations:
+            written.append(self._append("migrations",
+                                        np.array(self._migrations, dtype=self._mig_dtype)))
+        if written:
+            self._file.flush()  # the rows are in the file ...
+            for name, rows in written:
+                self._file[name].attrs[ROWS_ATTR] = rows
+            self._file.flush()  # ... before the counts that make readers see them
+            for name, rows in written:
+                self._rows[name] = rows
+        self._individuals.clear()
+        self._epochs.clear()
+        self._migrations.clear()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        """Flush and close; calling it again does nothing."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+            self._file.attrs["closed"] = True
+        finally:
+            self._closed = True
+            self._file.close()
+
+    def __enter__(self) -> WorkerLog:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def _append(self, name: str, rows: np.ndarray) -> tuple[str, int]:
+        ds = self._file[name]
+        start = self._rows[name]  # committed rows: a retried flush overwrites, never duplicates
+        ds.resize((start + len(rows),))
+        ds[start:] = rows
+        return name, start + len(rows)
+
+    def _individual_array(self) -> np.ndarray:
+        try:
+            return np.array(self._individuals, dtype=self._ind_dtype)
+        except (TypeError, ValueError, OverflowError):
+            raise RecordError(_diagnose(self._individuals, self._ind_dtype)) from None
+
+    def _epoch_array(self) -> np.ndarray:
+        rows = self._epochs
+        out = np.empty(len(rows), dtype=epoch_dtype(self._columns))
+        out["individual"] = [r[0] for r in rows]
+        out["epoch"] = [r[1] for r in rows]
+        out["time"] = [r[2] for r in rows]
+        nan = math.nan
+        for name in self._columns:
+            out[name] = [r[3].get(name, nan) for r in rows]
+        return out
+
+    def _widen_epochs(self) -> None:
+        """Rebuild the epochs table with the new metric columns (old rows get NaN).
+
+        Crash-safe: the new table is complete and flushed under NEW_EPOCHS before the old one
+        is unlinked; a reader takes ``epochs`` if present, else NEW_EPOCHS.
+        """
+        columns = list(self._known)
+        dtype = epoch_dtype(columns)
+        old = self._file["epochs"][: self._rows["epochs"]]
+        data = np.empty(len(old), dtype=dtype)
+        for name in columns:
+            data[name] = math.nan
+        for name in old.dtype.names or ():
+            data[name] = old[name]
+        if NEW_EPOCHS in self._file:
+            del self._file[NEW_EPOCHS]
+        create_table(self._file, NEW_EPOCHS, dtype, table="epochs", data=data,
+                     extra_docs=metric_docs(columns))
+        self._file.flush()
+        del self._file["epochs"]
+        self._file.move(NEW_EPOCHS, "epochs")
+        self._file.flush()
+        self._columns = columns
+        log.debug("%s: epochs table now has metrics %s", self.path, columns)
+
+
+def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    if len(names) == 1:
+        name = names[0]
+        return lambda params: (params[name],)
+    return itemgetter(*names)
+
+
+def _create(path: Path, space: Space, *, job: int, worker: int) -> h5py.File:
+    """Write the empty file under a temporary name and move it in place, then open it."""
+    if path.exists():
+        raise RecordError(f"{path}: exists already; each job writes new worker files, so "
+                          "this job number was used before")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp")
+    with h5py.File(temp, "w") as f:
+        f.attrs[KIND_ATTR] = WORKER_KIND
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["atoll_version"] = atoll.__version__
+        f.attrs["job"] = job
+        f.attrs["worker"] = worker
+        f.attrs["created"] = time.time()
+        f.attrs["closed"] = False
+        f.attrs["space"] = to_json(space.to_dict())
+        create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
+        create_table(f, "epochs", epoch_dtype(()))
+        create_table(f, "migrations", migration_dtype())
+    os.replace(temp, path)
+    return h5py.File(path, "r+")
+
+
+def _diagnose(rows: list[tuple[Any, ...]], dtype: np.dtype) -> str:
+    """Name the first value that does not fit its column."""
+    names = dtype.names or ()
+    for row in rows:
+        for name, value in zip(names, row, strict=False):
+            try:
+                np.array([(value,)], dtype=[(name, dtype[name])])
+            except (TypeError, ValueError, OverflowError):
+                return (f"individual {row[0]}: column {name!r} cannot hold {value!r} "
+                        f"(expected {dtype[name]})")
+    return "individuals: rows do not fit the table"
