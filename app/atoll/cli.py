@@ -58,7 +58,7 @@ def cli() -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], top: int,
            debug: bool) -> None:
-    """Start a new search and record it in RUN_DIR.
+    """Start a search recorded in RUN_DIR (or continue it, if RUN_DIR holds the same search).
 
     \b
     Examples:
@@ -68,11 +68,13 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     """
     from atoll.config import load_config
     from atoll.logs import launcher_rank, setup_logging
+    from atoll.search import run_search
 
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
     text = _config_text(config_path, overrides)
-    summary = _guarded(lambda: _run(config, run_dir, text), debug)
+    summary = _guarded(lambda: _mpi_job(
+        lambda comm: run_search(config, run_dir, comm, config_text=text)), debug)
     if summary is not None:
         _print_summary(summary, top)
 
@@ -88,12 +90,11 @@ def _config_text(path: Path | None, overrides: Sequence[str]) -> str:
     return text + "".join(f"\n# --set {o}" for o in overrides)
 
 
-def _run(config: Any, run_dir: Path, text: str) -> Any:
+def _mpi_job(job: Callable[[Any], Any]) -> Any:
+    """Run a collective job on the world communicator; only rank 0 keeps its summary."""
     from mpi4py import MPI
 
-    from atoll.search import run_search
-
-    summary = run_search(config, run_dir, MPI.COMM_WORLD, config_text=text)
+    summary = job(MPI.COMM_WORLD)
     return summary if MPI.COMM_WORLD.Get_rank() == 0 else None
 
 
@@ -104,6 +105,30 @@ def _print_summary(summary: Any, top: int) -> None:
     rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
     click.echo(f"\nThis job: {summary.evaluations} evaluations in {summary.wall_seconds:.2f} s "
                f"({rate:.1f}/s); results: {summary.results_file}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Change a job-level setting for this job only: search.ranks_per_worker, "
+                   "search.islands, search.wall_time or record.flush_interval.")
+@click.option("--top", default=5, show_default=True, help="Best individuals to list at the end.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> None:
+    """Continue the run in RUN_DIR until its budget is spent, under any rank layout.
+
+    \b
+    Example (a requeued job with another allocation):
+      mpirun -n 8 atoll resume runs/sphere --set search.islands=4
+    """
+    from atoll.logs import launcher_rank, setup_logging
+    from atoll.search import resume_search
+
+    setup_logging(launcher_rank(), debug)
+    summary = _guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),
+                       debug)
+    if summary is not None:
+        _print_summary(summary, top)
 
 
 @cli.command()

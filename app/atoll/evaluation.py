@@ -26,7 +26,8 @@ def evaluate(objective: Objective, params: Mapping[str, Any],
         first_line = (str(exc).splitlines() or [""])[0]
         return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
     # Real numbers, numpy scalars and 0-d tensors (via __float__) count; bools and strings not.
-    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or hasattr(value, "__float__")):
+    number_like = isinstance(value, numbers.Real) or hasattr(value, "__float__")
+    if isinstance(value, bool) or not number_like:
         return math.nan, Status.FAILED, \
             f"TypeError: objective returned {type(value).__name__}, not a number"
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -17,16 +17,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from atoll import record
-from atoll.config import Config, config_to_dict
+from atoll.config import Config, apply_overrides, config_to_dict, parse_config
 from atoll.context import Context
-from atoll.errors import AtollError
+from atoll.errors import AtollError, ConfigError
 from atoll.evaluation import Objective, evaluate
 from atoll.evolution import default_propagator
 from atoll.individual import Individual
 from atoll.island import Budget, IslandLoop, IslandStats, MigrationPolicy
 from atoll.objectives.loader import load_objective
+from atoll.population import Population
 from atoll.protocol import Codec, Mailbox
-from atoll.topology import Topology, build_topology
+from atoll.record.run import software_versions
+from atoll.restore import completed_count, restore_population
+from atoll.topology import Topology, build_topology, plan_layout
 from atoll.worker import WorkerLink
 
 if TYPE_CHECKING:
@@ -49,31 +52,124 @@ class JobSummary:
     results_file: Path | None
 
 
+LAYOUT_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
+               "record.flush_interval")
+"""Settings that belong to a job, not to the run: a resume may change them."""
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What rank 0 decided before any work starts, shared with every rank."""
+
+    config: Config
+    job: int
+    budget: int  # evaluations the whole run completes
+    done: int  # evaluations completed by earlier jobs
+    next_id: int  # first individual id this job may use
+    resumed: bool
+
+
 def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *, config_text: str = "",
                stop_requested: Callable[[], bool] = lambda: False) -> JobSummary:
-    """Run a new search in ``run_dir`` on every rank of ``comm`` and return the job summary."""
-    t0 = time.time()
+    """Start a search in ``run_dir``, or continue the run there if it is the same search.
+
+    Collective over ``comm``. A run directory holding a different search is an error.
+    """
     paths = record.RunPaths(run_dir)
+    start = time.time()
+
+    def plan(hosts: list[str]) -> JobPlan:
+        if paths.run_file.exists():
+            info = record.check_run(paths, config.space)
+            _same_search(record.RunPaths(run_dir), info.config_table, config)
+            return _begin(paths, config, info.budget, comm, hosts, start, resumed=True)
+        plan_layout(comm.Get_size(), config.search.ranks_per_worker, config.search.islands)
+        budget = _budget(config, comm.Get_size() // config.search.ranks_per_worker)
+        record.create_run(paths, config_table=config_to_dict(config), config_text=config_text,
+                          space=config.space, budget=budget)
+        return _begin(paths, config, budget, comm, hosts, start, resumed=False)
+
+    return _run_job(paths, comm, plan, start, stop_requested)
+
+
+def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = (), *,
+                  stop_requested: Callable[[], bool] = lambda: False) -> JobSummary:
+    """Continue the run in ``run_dir`` until its budget is spent, under this job's layout.
+
+    ``overrides`` may change only :data:`LAYOUT_KEYS`; the search itself stays the run's.
+    """
+    paths = record.RunPaths(run_dir)
+    start = time.time()
+
+    def plan(hosts: list[str]) -> JobPlan:
+        info = record.check_run(paths)
+        for item in overrides:
+            key = item.partition("=")[0].strip()
+            if key not in LAYOUT_KEYS:
+                raise ConfigError(f"--set {item!r}: a resume may change only "
+                                  f"{', '.join(LAYOUT_KEYS)}; start a new run to change {key}")
+        config = parse_config(apply_overrides(info.config_table, overrides))
+        return _begin(paths, config, info.budget, comm, hosts, start, resumed=True)
+
+    return _run_job(paths, comm, plan, start, stop_requested)
+
+
+def _budget(config: Config, workers: int) -> int:
+    total = config.search.generations * workers
+    return min(total, config.search.max_evaluations) if config.search.max_evaluations else total
+
+
+def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config) -> None:
+    """Refuse to continue a run with settings other than the job-level ones changed."""
+    given = config_to_dict(config)
+    for section, values in given.items():
+        old_values = stored.get(section)
+        items = values.items() if isinstance(values, dict) else [(None, values)]
+        for key, value in items:
+            dotted = section if key is None else f"{section}.{key}"
+            old = old_values if key is None else (old_values or {}).get(key)
+            if dotted not in LAYOUT_KEYS and section != "space" and old != value:
+                raise ConfigError(
+                    f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "
+                    f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")
+
+
+def _begin(paths: record.RunPaths, config: Config, budget: int, comm: MPI.Comm,
+           hosts: list[str], start: float, *, resumed: bool) -> JobPlan:
+    """Check the layout, count what earlier jobs completed, and add this job to the record."""
+    layout = plan_layout(comm.Get_size(), config.search.ranks_per_worker, config.search.islands)
+    done, next_id = 0, 0
+    if resumed:
+        individuals = record.read_completed(paths.run_dir)
+        done = completed_count(individuals)
+        next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+    job = record.begin_job(paths, layout=layout.as_dict(), hosts=hosts,
+                           versions=software_versions(_mpi_library()), slurm=_slurm_ids(),
+                           start=start)
+    return JobPlan(config, job, budget, done, next_id, resumed)
+
+
+def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[list[str]], JobPlan],
+             t0: float, stop_requested: Callable[[], bool]) -> JobSummary:
+    hosts = comm.gather(_hostname(), root=0) or []
+    job = _on_root(comm, lambda: plan(hosts))
+    config = job.config
     topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
     objective = _on_all(comm, lambda: load_objective(config.objective.name))
-    hosts = comm.gather(_hostname(), root=0)
-    job = _on_root(comm, lambda: _create_run(paths, config, config_text, topo, hosts, t0))
     workers = topo.layout.workers
-    total = config.search.generations * workers
-    if config.search.max_evaluations:
-        total = min(total, config.search.max_evaluations)
     deadline = t0 + config.search.wall_time if config.search.wall_time else float("inf")
-    budget = Budget(share(total, workers)[topo.worker], deadline, stop_requested)
+    remaining = max(job.budget - job.done, 0)
+    budget = Budget(share(remaining, workers)[topo.worker], deadline, stop_requested)
     comm.Barrier()
     start = time.time()
-    stats = _run_worker(config, paths, job, topo, objective, budget)
+    stats = _run_worker(job, paths, topo, objective, budget)
     comm.Barrier()
     wall = time.time() - start
     gathered = comm.gather(stats if topo.is_leader else None, root=0)
-    results = _on_root(comm, lambda: _finish(paths, job))
+    results = _on_root(comm, lambda: _finish(paths, job.job))
     leaders = [s for s in gathered or [] if s is not None]
     return JobSummary(
-        run_dir=run_dir, job=job, evaluations=sum(s.evaluations for s in leaders),
+        run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in leaders),
         wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in leaders),
         first_evaluation_seconds=min((s.first_evaluation for s in leaders if s.evaluations),
                                      default=start) - t0,
@@ -85,8 +181,9 @@ def share(total: int, workers: int) -> list[int]:
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
 
 
-def _run_worker(config: Config, paths: record.RunPaths, job: int, topo: Topology,
-                objective: Objective, budget: Budget) -> IslandStats:
+def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective: Objective,
+                budget: Budget) -> IslandStats:
+    config, job = plan.config, plan.job
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
     log_file = _on_all(topo.world, lambda: record.WorkerLog(
@@ -113,7 +210,8 @@ def _run_worker(config: Config, paths: record.RunPaths, job: int, topo: Topology
         propagator=propagator, evaluate=hand_out_and_evaluate, recorder=log_file,
         migration=MigrationPolicy(config.migration.mode, config.migration.probability,
                                   config.migration.migrants),
-        rng=np.random.default_rng([config.seed, job, topo.worker]))
+        rng=np.random.default_rng([config.seed, job, topo.worker]), id_base=plan.next_id,
+        population=_restored(plan, paths, topo))
     try:
         return loop.run(budget)
     finally:
@@ -137,14 +235,12 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
     return evaluator
 
 
-def _create_run(paths: record.RunPaths, config: Config, config_text: str, topo: Topology,
-                hosts: list[str], start: float) -> int:
-    from atoll.versions import software_versions
-
-    record.create_run(paths, config_table=config_to_dict(config), config_text=config_text,
-                      space=config.space)
-    return record.begin_job(paths, layout=topo.layout.as_dict(), hosts=hosts,
-                            versions=software_versions(), slurm=_slurm_ids(), start=start)
+def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:
+    if not plan.resumed:
+        return None
+    run = record.open_run(paths.run_dir)
+    return restore_population(run.individuals, run.migrations, plan.config.space, topo.layout,
+                              topo.island)
 
 
 def _finish(paths: record.RunPaths, job: int) -> Path:
@@ -156,6 +252,12 @@ def _hostname() -> str:
     from mpi4py import MPI
 
     return MPI.Get_processor_name()
+
+
+def _mpi_library() -> str:
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().splitlines()[0]
 
 
 def _slurm_ids() -> dict[str, str]:

@@ -11,7 +11,7 @@ from atoll.objectives.benchmarks import BENCHMARKS
 
 
 def load_objective(name: str) -> Callable[..., Any]:
-    """Return the callable ``objective(params, ctx)``; only the module the user names is imported."""
+    """Return the callable ``objective(params, ctx)``; imports only the module the user names."""
     if name in BENCHMARKS:
         return BENCHMARKS[name]
     module_name, sep, attr = name.partition(":")

@@ -18,8 +18,9 @@ WORKER_KIND = "atoll-worker"
 RESULTS_KIND = "atoll-results"
 
 
-def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = False) -> h5py.File:
-    """Open an Atoll file read-only; raise RecordError if it is missing, damaged or too new.
+def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = False,
+            mode: str = "r") -> h5py.File:
+    """Open an Atoll file (read-only by default); RecordError if missing, damaged or too new.
 
     ``hint`` ends the damage message with what the user can do. ``lock=False`` reads a file
     that a live writer holds (``atoll inspect`` during a run); ``lock=True`` fails instead,
@@ -28,9 +29,9 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
     if not path.is_file():
         raise RecordError(f"{path}: not found")
     try:
-        f = h5py.File(path, "r", locking=None if lock else False)
+        f = h5py.File(path, mode, locking=None if lock else False)
     except OSError as exc:
-        if lock and "lock" in str(exc).lower():
+        if lock and "unable to lock file" in str(exc).lower():
             raise RecordError(f"{path}: locked by another process; is a job of this run still "
                               "running? Wait for it to end or stop it first") from exc
         raise RecordError(f"{path}: damaged or not an HDF5 file ({exc}); {hint}") from exc

@@ -91,7 +91,7 @@ def open_run(run_dir: str | Path) -> RunData:
         raise RecordError(f"{path}: not an Atoll run (no run.h5, worker files or results.h5)")
     space, config_table, meta, jobs = _read_run_file(paths, workers)
     parts = [_read_worker(p) for p in workers]
-    metrics = _union(p[1].dtype.names[len(EPOCH_COLUMNS):] for p in parts)
+    metrics = _union((p[1].dtype.names or ())[len(EPOCH_COLUMNS):] for p in parts)
     meta.update(source="workers", worker_files=[str(p) for p in workers],
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])

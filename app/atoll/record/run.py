@@ -26,7 +26,6 @@ from atoll.record._h5 import (
     KIND_ATTR,
     RUN_KIND,
     WORKER_KIND,
-    check_version,
     decoded,
     json_attr,
     open_h5,
@@ -164,7 +163,7 @@ def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:
         except Exception as exc:
             raise RecordError(f"{path}: damaged ({exc}); {hint}") from exc
     if worker_space != stored_space:
-        diff = _dict_difference(worker_space, stored_space, "the worker file", "run.h5")
+        diff = _dict_difference(worker_space, stored_space, "in the worker file", "in run.h5")
         raise RecordError(f"{path}: its search space differs from run.h5's: {diff}; {hint}")
     return rows, int(ids.max()) if rows else -1
 
@@ -172,22 +171,22 @@ def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:
 def space_difference(stored: Mapping[str, Any], space: Space) -> str | None:
     """The first difference between a stored space and ``space``, or None if they are equal."""
     given = json.loads(to_json(space.to_dict()))
-    return _dict_difference(stored, given, "the run", "now")
+    return _dict_difference(stored, given, "in the run", "in the given space")
 
 
-def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_name: str,
-                     new_name: str) -> str | None:
+def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_where: str,
+                     new_where: str) -> str | None:
     for name in old:
         if name not in new:
-            return f"parameter {name!r} is in {old_name} but not {new_name}"
+            return f"parameter {name!r} is {old_where} but not {new_where}"
     for name in new:
         if name not in old:
-            return f"parameter {name!r} is {new_name} but not in {old_name}"
+            return f"parameter {name!r} is {new_where} but not {old_where}"
     for name, spec in old.items():
         for key in sorted(set(spec) | set(new[name])):
             if spec.get(key) != new[name].get(key):
-                return (f"space.{name}.{key} is {spec.get(key)!r} in {old_name}, "
-                        f"{new[name].get(key)!r} {new_name}")
+                return (f"space.{name}.{key} is {spec.get(key)!r} {old_where}, "
+                        f"{new[name].get(key)!r} {new_where}")
     return None
 
 
@@ -222,16 +221,7 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
 def _open_for_write(paths: RunPaths) -> h5py.File:
     if not paths.run_file.is_file():
         raise RecordError(f"{paths.run_dir}: not an Atoll run (no run.h5 in it)")
-    try:
-        f = h5py.File(paths.run_file, "r+")
-    except OSError as exc:
-        raise RecordError(f"{paths.run_file}: cannot be opened for writing ({exc})") from exc
-    try:
-        check_version(f, paths.run_file, RUN_KIND)
-    except BaseException:
-        f.close()
-        raise
-    return f
+    return open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True, mode="r+")
 
 
 def software_versions(mpi_library: str = "") -> dict[str, str]:

@@ -63,8 +63,10 @@ class WorkerLog:
         self._migrations: list[tuple[Any, ...]] = []
         self._columns: list[str] = []  # metric columns of the epochs table in the file
         self._known: dict[str, None] = {}  # metrics seen so far (file or pending), in order
-        self._rows = {"individuals": 0, "epochs": 0, "migrations": 0}
         self._file = _create(self.path, space, job=job, worker=worker)
+        self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
+            ("individuals", self._ind_dtype), ("epochs", epoch_dtype(())),
+            ("migrations", self._mig_dtype))}
         self._closed = False
         self._last_flush = time.monotonic()
 
@@ -130,21 +132,21 @@ class WorkerLog:
             raise RecordError(f"{self.path}: the worker log is closed")
         if len(self._known) > len(self._columns):
             self._widen_epochs()
-        written: list[tuple[str, int]] = []
+        written: list[tuple[_Table, int]] = []
         if self._individuals:
-            written.append(self._append("individuals", self._individual_array()))
+            table = self._tables["individuals"]
+            written.append((table, table.write(self._individual_array())))
         if self._epochs:
-            written.append(self._append("epochs", self._epoch_array()))
+            table = self._tables["epochs"]
+            written.append((table, table.write(self._epoch_array())))
         if self._migrations:
-            written.append(self._append("migrations",
-                                        np.array(self._migrations, dtype=self._mig_dtype)))
+            table = self._tables["migrations"]
+            written.append((table, table.write(np.array(self._migrations, dtype=table.dtype))))
         if written:
             self._file.flush()  # the rows are in the file ...
-            for name, rows in written:
-                self._file[name].attrs[ROWS_ATTR] = rows
+            for table, rows in written:
+                table.commit(rows)
             self._file.flush()  # ... before the counts that make readers see them
-            for name, rows in written:
-                self._rows[name] = rows
         self._individuals.clear()
         self._epochs.clear()
         self._migrations.clear()
@@ -159,6 +161,7 @@ class WorkerLog:
             self._file.attrs["closed"] = True
         finally:
             self._closed = True
+            self._tables.clear()  # drop the attribute handles before the file closes
             self._file.close()
 
     def __enter__(self) -> WorkerLog:
@@ -169,13 +172,6 @@ class WorkerLog:
         self.close()
 
     # -- internals -------------------------------------------------------------------------
-    def _append(self, name: str, rows: np.ndarray) -> tuple[str, int]:
-        ds = self._file[name]
-        start = self._rows[name]  # committed rows: a retried flush overwrites, never duplicates
-        ds.resize((start + len(rows),))
-        ds[start:] = rows
-        return name, start + len(rows)
-
     def _individual_array(self) -> np.ndarray:
         try:
             return np.array(self._individuals, dtype=self._ind_dtype)
@@ -184,7 +180,7 @@ class WorkerLog:
 
     def _epoch_array(self) -> np.ndarray:
         rows = self._epochs
-        out = np.empty(len(rows), dtype=epoch_dtype(self._columns))
+        out = np.empty(len(rows), dtype=self._tables["epochs"].dtype)
         out["individual"] = [r[0] for r in rows]
         out["epoch"] = [r[1] for r in rows]
         out["time"] = [r[2] for r in rows]
@@ -201,7 +197,7 @@ class WorkerLog:
         """
         columns = list(self._known)
         dtype = epoch_dtype(columns)
-        old = self._file["epochs"][: self._rows["epochs"]]
+        old = self._file["epochs"][: self._tables["epochs"].rows]
         data = np.empty(len(old), dtype=dtype)
         for name in columns:
             data[name] = math.nan
@@ -215,8 +211,38 @@ class WorkerLog:
         del self._file["epochs"]
         self._file.move(NEW_EPOCHS, "epochs")
         self._file.flush()
+        self._tables["epochs"] = _Table(self._file["epochs"], dtype)
         self._columns = columns
         log.debug("%s: epochs table now has metrics %s", self.path, columns)
+
+
+class _Table:
+    """One table's appends through h5py's low-level API: the high-level ``ds[a:b] = rows``
+    costs about ten times more per call, which matters when every flush is small."""
+
+    def __init__(self, ds: h5py.Dataset, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.rows = int(ds.attrs[ROWS_ATTR])  # committed rows
+        self._id = ds.id
+        self._mtype = h5py.h5t.py_create(dtype)
+        self._rows_attr = h5py.h5a.open(ds.id, ROWS_ATTR.encode())
+
+    def write(self, rows: np.ndarray) -> int:
+        """Write ``rows`` after the committed ones; return the row count to commit.
+
+        Starting at the committed count, a flush retried after an error overwrites its own
+        rows instead of adding them twice.
+        """
+        end = self.rows + len(rows)
+        self._id.set_extent((end,))
+        target = self._id.get_space()
+        target.select_hyperslab((self.rows,), (len(rows),))
+        self._id.write(h5py.h5s.create_simple((len(rows),)), target, rows, self._mtype)
+        return end
+
+    def commit(self, rows: int) -> None:
+        self._rows_attr.write(np.array(rows, dtype=np.int64))
+        self.rows = rows
 
 
 def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

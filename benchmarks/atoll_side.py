@@ -1,0 +1,58 @@
+"""Atoll's side, run under mpirun from Atoll's venv: python atoll_side.py TASKS.json OUT.json
+
+Each task is one search through the Python API (``atoll.search``) with default recording (HDF5
+worker logs, flush_interval 5 s) into the task's ``run_dir``. Wall and objective time are
+Atoll's own (JobSummary.wall_seconds between the barriers around the search loop,
+JobSummary.objective_seconds summed over workers). The best loss and the number of recorded
+individuals are read back from the record afterwards (not timed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import atoll
+from atoll.config import parse_config
+from atoll.record import read_completed
+from objectives import space
+
+
+def config_table(task: dict[str, Any]) -> dict[str, Any]:
+    """The whole config of one task; everything not listed is Atoll's default."""
+    return {
+        "seed": task["seed"],
+        "objective": {"name": "objectives:sleep_objective",
+                      "options": {"function": task["function"], "sleep": task["sleep"]}},
+        "space": {name: {"type": "float", "low": low, "high": high}
+                  for name, (low, high) in space(task["function"]).items()},
+        "search": {"generations": task["evals_per_worker"], "islands": task["islands"]},
+        "migration": {"mode": "migration", "probability": task["migration_probability"],
+                      "migrants": 1},
+    }
+
+
+def main() -> None:
+    tasks = json.loads(Path(sys.argv[1]).read_text())
+    comm = MPI.COMM_WORLD
+    results = []
+    for task in tasks:
+        summary = atoll.search(parse_config(config_table(task)), task["run_dir"], comm=comm)
+        if comm.Get_rank() == 0:
+            recorded = read_completed(task["run_dir"])
+            results.append({
+                "evaluations": summary.evaluations, "wall": summary.wall_seconds,
+                "objective_seconds": summary.objective_seconds,
+                "first_evaluation_seconds": summary.first_evaluation_seconds,
+                "recorded": len(recorded), "best": float(recorded["loss"].min()),
+                "ranks": comm.Get_size()})
+    if comm.Get_rank() == 0:
+        Path(sys.argv[2]).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

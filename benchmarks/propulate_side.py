@@ -1,0 +1,67 @@
+"""Propulate's side, run under mpirun from benchmarks/.venv-propulate:
+python propulate_side.py TASKS.json OUT.json
+
+Each task is one ``propulate.Islands`` run with Propulate's default propagator
+(``get_default_propagator`` with its default probabilities), real migration
+(``pollination=False``), the task's ``run_dir`` as checkpoint directory (Propulate pickles the
+island's population there every generation), and the usual seeding of Propulate's tutorials
+(``random.Random(seed + world rank)``). Wall time is measured like Atoll's: between barriers
+around ``propulate()``; objective time is summed in the loss wrapper.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+from propulate import Islands
+from propulate.utils import get_default_propagator
+
+from objectives import Options, sleep_objective, space
+
+
+def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
+    limits = space(task["function"])
+    ctx = Options(function=task["function"], sleep=task["sleep"])
+    spent = {"seconds": 0.0, "calls": 0, "best": math.inf}
+
+    def loss_fn(ind: Any) -> float:
+        start = time.time()
+        loss = sleep_objective(ind, ctx)
+        spent["seconds"] += time.time() - start
+        spent["calls"] += 1
+        spent["best"] = min(spent["best"], loss)
+        return loss
+
+    rng = random.Random(task["seed"] + comm.Get_rank())
+    propagator = get_default_propagator(task["pop_size"], limits, rng=rng)
+    islands = Islands(
+        loss_fn, propagator, rng, generations=task["evals_per_worker"],
+        num_islands=task["islands"], migration_probability=task["propulate_migration"],
+        pollination=False, checkpoint_path=task["run_dir"])
+    comm.Barrier()
+    start = time.time()
+    islands.propulate(debug=0)
+    comm.Barrier()
+    wall = time.time() - start
+    return {"evaluations": comm.reduce(spent["calls"]), "wall": wall,
+            "objective_seconds": comm.reduce(spent["seconds"]),
+            "best": comm.reduce(spent["best"], op=MPI.MIN), "ranks": comm.Get_size()}
+
+
+def main() -> None:
+    tasks = json.loads(Path(sys.argv[1]).read_text())
+    comm = MPI.COMM_WORLD
+    results = [run(task, comm) for task in tasks]
+    if comm.Get_rank() == 0:
+        Path(sys.argv[2]).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

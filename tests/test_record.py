@@ -1,0 +1,553 @@
+"""The record: worker logs, the run file, the reader, results.h5, crash safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from atoll.errors import ConfigError, RecordError
+from atoll.individual import Individual, Origin, Status
+from atoll.record import (
+    SCHEMA_VERSION,
+    RunPaths,
+    WorkerLog,
+    begin_job,
+    check_run,
+    consolidate,
+    create_run,
+    describe,
+    end_job,
+    open_run,
+    read_completed,
+    software_versions,
+)
+from atoll.record.schema import (
+    check_param_names,
+    epoch_dtype,
+    individual_dtype,
+    migration_dtype,
+)
+from atoll.space import Space
+
+APP = str(Path(__file__).resolve().parents[1] / "app")
+SPACE = {
+    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "layers": {"type": "int", "low": 1, "high": 5},
+    "act": {"type": "categorical", "choices": ["relu", "tanh", "gelü"]},
+    "batch": {"type": "ordinal", "values": [16, 32, 64]},
+    "dropout": {"type": "ordinal", "values": [0.0, 0.25, 0.5]},
+    "norm": {"type": "categorical", "choices": [True, False]},
+}
+
+
+@pytest.fixture
+def space() -> Space:
+    return Space.from_dict(SPACE)
+
+
+def individual(i: int, *, worker: int = 0, status: Status = Status.OK) -> Individual:
+    return Individual(
+        id=i, island=i % 2, worker=worker, generation=i // 4, version=i % 3,
+        params={"lr": 1e-3 * (1 + i % 7), "layers": 1 + i % 5,
+                "act": ("relu", "tanh", "gelü")[i % 3], "batch": (16, 32, 64)[i % 3],
+                "dropout": (0.0, 0.25, 0.5)[i % 3], "norm": i % 2 == 0},
+        parents=(i - 1, i - 2) if i >= 2 else (-1, -1),
+        origin=Origin.BRED if i >= 2 else Origin.RANDOM,
+        loss=math.nan if status == Status.FAILED else 10.0 - i * 0.5, status=status,
+        born=1000.0 + i, started=1000.5 + i, finished=1001.0 + i,
+        error=f"Traceback ...\nValueError: bad {i}" if status == Status.FAILED else "")
+
+
+def new_run(tmp_path: Path, space: Space, name: str = "run") -> RunPaths:
+    paths = RunPaths(tmp_path / name)
+    create_run(paths, config_table={"search": {"budget": 40}, "space": SPACE},
+               config_text="[search]\nbudget = 40\n", space=space)
+    return paths
+
+
+def start_job(paths: RunPaths, start: float = 5000.0) -> int:
+    return begin_job(paths, layout={"world_size": 4, "ranks_per_worker": 2, "islands": 1},
+                     hosts=["n1", "n2"], versions={"atoll": "0.1.0"},
+                     slurm={"SLURM_JOB_ID": "123"}, start=start)
+
+
+def fill_run(tmp_path: Path, space: Space) -> RunPaths:
+    """Two jobs, two workers each; all statuses, a metric that appears mid-run, migrations."""
+    paths = new_run(tmp_path, space)
+    ident = 0
+    for job_start in (5000.0, 9000.0):
+        job = start_job(paths, job_start)
+        for worker in (0, 1):
+            with WorkerLog(paths.worker_file(job, worker), space, job=job, worker=worker,
+                           flush_interval=60) as log:
+                for k, status in enumerate(Status):
+                    log.add_individual(individual(ident, worker=worker, status=status))
+                    log.add_epoch(ident, 0, 2000.0 + ident, {"loss": 1.0 + k})
+                    ident += 1
+                log.flush()
+                log.add_epoch(ident - 1, 1, 2100.0 + ident, {"loss": 0.5, "accuracy": 0.9})
+                log.add_migration(ident - 1, 1, "migration", 0, 1, worker, 1 - worker, 3000.0)
+                log.add_migration(ident - 2, 0, "pollination", 1, 0, worker, 1 - worker, 3001.0)
+        end_job(paths, job, stop=job_start + 60, exit_code=0)
+    return paths
+
+
+def digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# -- paths and schema -----------------------------------------------------------------------
+def test_paths_are_built_in_one_place(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path)
+    assert paths.run_file == tmp_path / "run.h5"
+    assert paths.results_file == tmp_path / "results.h5"
+    assert paths.worker_file(2, 17) == tmp_path / "workers" / "job002-worker00017.h5"
+    assert paths.worker_files() == []
+    for job, worker in [(1000, 0), (2, 1), (2, 0)]:
+        paths.worker_file(job, worker).parent.mkdir(exist_ok=True)
+        paths.worker_file(job, worker).touch()
+    names = [p.name for p in paths.worker_files()]
+    assert names == ["job002-worker00000.h5", "job002-worker00001.h5", "job1000-worker00000.h5"]
+
+
+def test_reserved_parameter_names_are_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        check_param_names(Space.from_dict({"loss": {"type": "float", "low": 0, "high": 1}}))
+    assert str(err.value) == ("space.loss: the name 'loss' is reserved for the record; "
+                              "rename the parameter")
+
+
+def test_dtypes(space: Space) -> None:
+    dt = individual_dtype(space)
+    assert dt["lr"] == np.float64 and dt["layers"] == np.int64 and dt["batch"] == np.int64
+    assert dt["dropout"] == np.float64 and dt["norm"] == np.bool_
+    assert h5py.check_string_dtype(dt["act"]) and h5py.check_string_dtype(dt["error"])
+    assert h5py.check_enum_dtype(dt["status"]) == {
+        "ok": 0, "failed": 1, "pruned": 2, "interrupted": 3}
+    assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "bred": 1}
+    assert epoch_dtype(["acc"]).names == ("individual", "epoch", "time", "acc")
+    assert h5py.check_enum_dtype(migration_dtype()["mode"]) == {"migration": 0, "pollination": 1}
+    with pytest.raises(RecordError, match="reserved"):
+        epoch_dtype(["time"])
+
+
+# -- round trip -----------------------------------------------------------------------------
+def test_round_trip_through_worker_files(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    run = open_run(paths.run_dir)
+    ind = run.individuals
+    assert list(ind["id"]) == list(range(16))
+    for row in ind:
+        expected = individual(int(row["id"]), worker=int(row["worker"]),
+                              status=Status(int(row["status"])))
+        assert row["act"] == expected.params["act"] and isinstance(row["act"], str)
+        assert row["batch"] == expected.params["batch"]
+        assert row["dropout"] == expected.params["dropout"]
+        assert bool(row["norm"]) is expected.params["norm"]
+        assert row["lr"] == expected.params["lr"] and row["layers"] == expected.params["layers"]
+        assert (row["parent_a"], row["parent_b"]) == expected.parents
+        assert row["origin"] == expected.origin and row["generation"] == expected.generation
+        assert (row["born"], row["started"], row["finished"]) == (
+            expected.born, expected.started, expected.finished)
+        assert row["error"] == expected.error
+        assert row["loss"] == expected.loss or (math.isnan(row["loss"])
+                                                and math.isnan(expected.loss))
+    failed = ind[ind["status"] == Status.FAILED]
+    assert len(failed) == 4 and all("ValueError: bad" in e for e in failed["error"])
+
+    epochs = run.epochs
+    assert epochs.dtype.names == ("individual", "epoch", "time", "loss", "accuracy")
+    assert len(epochs) == 20
+    late = epochs[epochs["epoch"] == 1]
+    assert len(late) == 4 and np.all(late["accuracy"] == 0.9)
+    assert np.all(np.isnan(epochs[epochs["epoch"] == 0]["accuracy"]))
+
+    mig = run.migrations
+    assert len(mig) == 8 and sorted(set(mig["mode"].tolist())) == [0, 1]
+    assert list(run.jobs["job"]) == [0, 1] and list(run.jobs["exit_code"]) == [0, 0]
+    assert json.loads(run.jobs["hosts"][0]) == ["n1", "n2"]
+    assert run.space == space
+    assert run.config_table["search"] == {"budget": 40}
+    assert run.metadata["config"] == "[search]\nbudget = 40\n"
+    assert run.metadata["schema_version"] == SCHEMA_VERSION
+
+    assert np.array_equal(read_completed(paths.run_dir)["id"], ind["id"])
+    text = describe(run, top=3)
+    assert "Evaluations: 16 (ok 4, failed 4, pruned 4, interrupted 4)" in text
+    assert "Jobs: 2" in text and "Best 3 of 4 ok" in text and "gelü" in text
+
+
+def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    run = open_run(paths.run_dir)
+    assert consolidate(paths) == paths.results_file
+    assert not list(paths.run_dir.glob(".*tmp"))
+    with h5py.File(paths.results_file, "r") as f:
+        assert f.attrs["schema_version"] == SCHEMA_VERSION
+        assert f.attrs["config"] == "[search]\nbudget = 40\n"
+        assert Space.from_dict(json.loads(f.attrs["space"])) == space
+        assert json.loads(f.attrs["versions"]) == {"atoll": "0.1.0"}
+        ind = f["individuals"]
+        assert ind.maxshape == (None,) and ind.chunks is not None
+        assert ind.attrs["unit:born"] == "unix seconds" and "doc:lr" in ind.attrs
+        rows = ind[...]
+        assert list(rows["id"]) == list(range(16))
+        assert rows["act"][2] == "gelü".encode()
+        assert rows["error"][1].startswith(b"Traceback")
+        assert f["epochs"].dtype.names[-2:] == ("loss", "accuracy")
+        assert len(f["migrations"]) == 8 and len(f["jobs"]) == 2
+    # without the worker files, the reader falls back to results.h5
+    shutil.rmtree(paths.workers_dir)
+    again = open_run(paths.run_dir)
+    assert again.metadata["source"] == "results"
+    for name in ("individuals", "epochs", "migrations", "jobs"):
+        mine, theirs = getattr(again, name), getattr(run, name)
+        assert mine.dtype.names == theirs.dtype.names and len(mine) == len(theirs)
+        for column in mine.dtype.names:
+            if mine.dtype[column].kind == "f":
+                assert np.array_equal(mine[column], theirs[column], equal_nan=True), column
+            else:
+                assert mine[column].tolist() == theirs[column].tolist(), column
+    assert len(read_completed(paths.run_dir)) == 16
+
+
+@pytest.mark.skipif(shutil.which("h5ls") is None, reason="h5ls is not installed")
+def test_h5ls_lists_the_results(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    consolidate(paths)
+    out = subprocess.run(["h5ls", "-r", str(paths.results_file)], capture_output=True,
+                         text=True, check=True).stdout
+    for name in ("/individuals", "/epochs", "/migrations", "/jobs"):
+        assert name in out
+
+
+def test_pandas_frame(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    run = open_run(paths.run_dir)
+    try:
+        import pandas
+    except ImportError:
+        with pytest.raises(RecordError, match="needs pandas"):
+            run.frame("individuals")
+        pytest.skip("pandas is not installed")
+    frame = run.frame("individuals")
+    assert len(frame) == 16 and set(frame["status"]) == {"ok", "failed", "pruned", "interrupted"}
+    assert frame["act"][2] == "gelü"
+    with h5py.File(consolidate(paths), "r") as f:  # plain pandas reads results.h5 directly
+        direct = pandas.DataFrame(f["individuals"][...])
+    assert list(direct["id"]) == list(range(16)) and direct["act"][2] == "gelü".encode()
+
+
+# -- writing: buffering and flushing --------------------------------------------------------
+READ_SHAPES = textwrap.dedent("""
+    import sys, h5py
+    with h5py.File(sys.argv[1], "r", locking=False) as f:
+        print(f["individuals"].shape[0], f["epochs"].shape[0], f["migrations"].shape[0])
+""")
+
+
+def shapes_seen_by_another_process(path: Path) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", READ_SHAPES, str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    return [int(n) for n in out.split()]
+
+
+def test_nothing_reaches_the_file_before_a_flush(tmp_path: Path, space: Space) -> None:
+    path = tmp_path / "w.h5"
+    log = WorkerLog(path, space, job=0, worker=0, flush_interval=3600)
+    for i in range(5):
+        log.add_individual(individual(i))
+        log.add_epoch(i, 0, 1.0, {"acc": 0.5})
+    log.add_migration(1, 1, "migration", 0, 1, 0, 1, 2.0)
+    assert not log.maybe_flush()
+    assert log.pending == 11
+    assert shapes_seen_by_another_process(path) == [0, 0, 0]
+    log.flush()
+    assert log.pending == 0
+    assert shapes_seen_by_another_process(path) == [5, 5, 1]
+    log.close()
+    log.close()  # idempotent
+    with h5py.File(path, "r") as f:
+        assert f.attrs["closed"] and f["individuals"].attrs["rows"] == 5
+
+
+def test_maybe_flush_honours_the_interval(tmp_path: Path, space: Space) -> None:
+    log = WorkerLog(tmp_path / "w.h5", space, job=0, worker=0, flush_interval=10)
+    now = time.monotonic()
+    assert not log.maybe_flush(now + 11)  # nothing pending: nothing to do
+    log.add_individual(individual(0))
+    assert not log.maybe_flush(now)
+    assert log.maybe_flush(now + 11)
+    log.add_individual(individual(1))
+    assert not log.maybe_flush()  # the flush just now restarted the clock
+    log.close()
+    assert len(read_completed_file(tmp_path / "w.h5")) == 2
+
+
+def read_completed_file(path: Path) -> np.ndarray:
+    with h5py.File(path, "r") as f:
+        return f["individuals"][: f["individuals"].attrs["rows"]]
+
+
+def test_worker_log_refuses_bad_input(tmp_path: Path, space: Space) -> None:
+    path = tmp_path / "w.h5"
+    with WorkerLog(path, space, job=0, worker=0, flush_interval=1) as log:
+        with pytest.raises(RecordError, match="reserved"):
+            log.add_epoch(0, 0, 1.0, {"time": 1.0})
+        with pytest.raises(RecordError, match="numbers"):
+            log.add_epoch(0, 0, 1.0, {"acc": "high"})
+        with pytest.raises(ValueError, match="pollination"):
+            log.add_migration(0, 0, "teleport", 0, 1, 0, 1, 1.0)
+        with pytest.raises(RecordError, match="no value for parameter 'lr'"):
+            log.add_individual(Individual(0, {"layers": 1}))
+    with pytest.raises(RecordError, match="exists already"):
+        WorkerLog(path, space, job=0, worker=0, flush_interval=1)
+
+
+def test_new_metric_widens_a_long_epochs_table(tmp_path: Path, space: Space) -> None:
+    path = tmp_path / "run" / "workers" / "job000-worker00000.h5"
+    with WorkerLog(path, space, job=0, worker=0, flush_interval=1) as log:
+        for e in range(5000):
+            log.add_epoch(0, e, float(e), {"a": float(e)})
+        log.flush()
+        log.add_epoch(1, 0, 1.0, {"b": 2.0})
+        log.flush()
+        log.add_epoch(1, 1, 1.0, {"a": 3.0, "c": 4.0})
+    with h5py.File(path, "r") as f:
+        assert set(f) == {"individuals", "epochs", "migrations"}
+        epochs = f["epochs"][...]
+    assert epochs.dtype.names[3:] == ("a", "b", "c") and len(epochs) == 5002
+    assert np.array_equal(epochs["a"][:5000], np.arange(5000.0))
+    assert np.isnan(epochs["b"][:5000]).all() and epochs["b"][5000] == 2.0
+    assert epochs["c"][5001] == 4.0 and np.isnan(epochs["a"][5000])
+
+
+def test_reader_takes_a_half_renamed_epochs_table(tmp_path: Path, space: Space) -> None:
+    paths = new_run(tmp_path, space)
+    with WorkerLog(paths.worker_file(0, 0), space, job=0, worker=0, flush_interval=1) as log:
+        log.add_epoch(0, 0, 1.0, {"a": 1.0})
+    with h5py.File(paths.worker_file(0, 0), "r+") as f:  # a kill between unlink and rename
+        f.move("epochs", "epochs.new")
+    assert open_run(paths.run_dir).epochs["a"].tolist() == [1.0]
+
+
+def test_read_completed_is_fast(tmp_path: Path, space: Space) -> None:
+    paths = new_run(tmp_path, space)
+    with WorkerLog(paths.worker_file(0, 0), space, job=0, worker=0, flush_interval=1) as log:
+        template = individual(3, status=Status.FAILED)
+        for i in range(100_000):
+            template.id = i
+            log.add_individual(template)
+    start = time.perf_counter()
+    table = read_completed(paths.run_dir)
+    elapsed = time.perf_counter() - start
+    assert len(table) == 100_000 and table["error"][-1].startswith("Traceback")
+    assert elapsed < 1.0, f"read_completed took {elapsed:.2f} s for 100,000 individuals"
+
+
+def test_software_versions_never_import_torch_or_mpi4py() -> None:
+    code = ("import sys; from atoll.record import software_versions; "
+            "v = software_versions('Open MPI v5'); "
+            "assert 'torch' not in sys.modules and 'mpi4py' not in sys.modules, sys.modules; "
+            "print(v['mpi_library'], v['h5py'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": APP}, check=True).stdout
+    assert out.split() == ["Open", "MPI", "v5", h5py.version.version]
+    assert software_versions()["hdf5"] == h5py.version.hdf5_version
+
+
+# -- the run file ---------------------------------------------------------------------------
+def test_jobs_and_run_info(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    before = digest(paths.run_dir)
+    info = check_run(paths, space)
+    assert digest(paths.run_dir) == before  # check_run only reads
+    assert info.evaluations == 16 and info.next_id == 16 and info.next_job == 2
+    assert info.config_table["search"]["budget"] == 40 and info.space == space
+    assert list(info.jobs["stop"]) == [5060.0, 9060.0]
+    assert json.loads(info.jobs["slurm"][1]) == {"SLURM_JOB_ID": "123"}
+    assert start_job(paths) == 2
+    with pytest.raises(RecordError, match="no job 7"):
+        end_job(paths, 7, stop=1.0, exit_code=0)
+
+
+def test_create_run_refuses_a_foreign_directory(tmp_path: Path, space: Space) -> None:
+    foreign = tmp_path / "thesis"
+    foreign.mkdir()
+    (foreign / "chapter1.tex").write_text("precious")
+    before = digest(foreign)
+    with pytest.raises(RecordError, match="chapter1.tex.*empty or new directory"):
+        create_run(RunPaths(foreign), config_table={}, config_text="", space=space)
+    assert digest(foreign) == before and sorted(os.listdir(foreign)) == ["chapter1.tex"]
+
+
+def test_create_run_refuses_an_existing_run(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    before = digest(paths.run_dir)
+    with pytest.raises(RecordError, match="atoll resume"):
+        create_run(paths, config_table={}, config_text="", space=space)
+    assert digest(paths.run_dir) == before
+
+
+def test_create_run_accepts_an_empty_directory(tmp_path: Path, space: Space) -> None:
+    (tmp_path / "empty").mkdir()
+    create_run(RunPaths(tmp_path / "empty"), config_table={}, config_text="", space=space)
+    assert check_run(RunPaths(tmp_path / "empty"), space).evaluations == 0
+
+
+def _bump_schema(path: Path) -> None:
+    with h5py.File(path, "r+") as f:
+        f.attrs["schema_version"] = SCHEMA_VERSION + 1
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"this is not HDF5 " * 100)
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+@pytest.mark.parametrize(("damage", "target", "message"), [
+    (_truncate, "run", r"run\.h5: damaged or not an HDF5 file \(.*\); "),
+    (_garbage, "run", r"run\.h5: damaged or not an HDF5 file \("),
+    (_bump_schema, "run", rf"schema version {SCHEMA_VERSION + 1}.*version {SCHEMA_VERSION}; "
+                          "upgrade atoll"),
+    (_truncate, "worker", r"job001-worker00001\.h5: damaged or not an HDF5 file.*move it out"),
+    (_garbage, "worker", r"job001-worker00001\.h5: damaged or not an HDF5 file"),
+    (_bump_schema, "worker", r"job001-worker00001\.h5: written with record schema version"),
+])
+def test_check_run_errors_change_nothing(tmp_path: Path, space: Space, damage, target: str,
+                                         message: str) -> None:
+    paths = fill_run(tmp_path, space)
+    damage(paths.run_file if target == "run" else paths.worker_file(1, 1))
+    before = digest(paths.run_dir)
+    with pytest.raises(RecordError, match=message):
+        check_run(paths, space)
+    assert digest(paths.run_dir) == before
+
+
+def test_check_run_refuses_another_space(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    before = digest(paths.run_dir)
+    other = Space.from_dict({**SPACE, "layers": {"type": "int", "low": 1, "high": 9}})
+    with pytest.raises(RecordError, match=r"space\.layers\.high is 5 in the run, 9 in the given"):
+        check_run(paths, other)
+    fewer = Space.from_dict({k: v for k, v in SPACE.items() if k != "norm"})
+    with pytest.raises(RecordError, match="parameter 'norm' is in the run but not"):
+        check_run(paths, fewer)
+    assert digest(paths.run_dir) == before
+
+
+def test_check_run_refuses_a_worker_file_of_another_space(tmp_path: Path, space: Space) -> None:
+    paths = fill_run(tmp_path, space)
+    other = Space.from_dict({"x": {"type": "float", "low": 0, "high": 1}})
+    WorkerLog(paths.worker_file(2, 0), other, job=2, worker=0, flush_interval=1).close()
+    before = digest(paths.run_dir)
+    with pytest.raises(RecordError, match=r"job002-worker00000\.h5: its search space differs"):
+        check_run(paths, space)
+    assert digest(paths.run_dir) == before
+
+
+def test_check_run_refuses_a_directory_without_a_run(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="no such directory"):
+        check_run(RunPaths(tmp_path / "missing"))
+    with pytest.raises(RecordError, match="not an Atoll run"):
+        check_run(RunPaths(tmp_path))
+
+
+# -- kill -9 ----------------------------------------------------------------------------------
+WRITER = textwrap.dedent("""
+    import os, sys, time
+    from atoll.individual import Individual, Status
+    from atoll.record import WorkerLog
+    from atoll.space import Space
+    import json
+    space = Space.from_dict(json.loads(sys.argv[2]))
+    log = WorkerLog(sys.argv[1], space, job=0, worker=0, flush_interval=0.01)
+    counts = [0, 0, 0]
+    real_flush = log.flush
+
+    def flush():
+        os.write(1, ("flushing %d %d %d\\n" % tuple(counts)).encode())
+        real_flush()
+        os.write(1, ("flushed %d %d %d\\n" % tuple(counts)).encode())
+
+    log.flush = flush
+    os.write(1, b"ready\\n")
+    i = 0
+    while True:
+        failed = i % 5 == 4
+        log.add_individual(Individual(
+            i, {"lr": 1e-3, "layers": 1 + i % 5, "act": ("relu", "tanh", "gelü")[i % 3],
+                "batch": 32, "dropout": 0.25, "norm": i % 2 == 0},
+            loss=0.5 * i, status=Status.FAILED if failed else Status.OK,
+            error=("boom %d" % i) if failed else ""))
+        metrics = {"acc": float(i)} if i < 3000 else {"acc": float(i), "late": 1.0}
+        log.add_epoch(i, 0, float(i), metrics)
+        counts[0] += 1
+        counts[1] += 1
+        if i % 7 == 0:
+            log.add_migration(i, 1, "migration", 0, 1, 0, 1, float(i))
+            counts[2] += 1
+        log.maybe_flush()
+        i += 1
+""")
+
+
+def _check_whole_batches(path: Path, out: str, seed: int) -> None:
+    lines = [line.split() for line in out.splitlines()]
+    announced = [tuple(map(int, w[1:])) for w in lines if w and w[0] == "flushing"]
+    done = [tuple(map(int, w[1:])) for w in lines if w and w[0] == "flushed"]
+    with h5py.File(path, "r") as f:  # reopens with plain h5py
+        assert set(f) >= {"individuals", "migrations"}
+    run = open_run(path.parents[1])
+    got = (len(run.individuals), len(run.epochs), len(run.migrations))
+    for table in range(3):
+        allowed = {0} | {a[table] for a in announced}
+        assert got[table] in allowed, (seed, table, got, announced[-3:])
+        assert got[table] >= (done[-1][table] if done else 0), (seed, table, got, done[-3:])
+    ind = run.individuals
+    ids = np.arange(len(ind))
+    assert np.array_equal(ind["id"], ids) and np.array_equal(ind["loss"], 0.5 * ids), seed
+    assert list(ind["act"]) == [("relu", "tanh", "gelü")[i % 3] for i in ids], seed
+    assert list(ind["error"]) == [f"boom {i}" if i % 5 == 4 else "" for i in ids], seed
+    assert np.array_equal(run.epochs["individual"], np.arange(len(run.epochs))), seed
+    assert np.array_equal(run.epochs["acc"], np.arange(len(run.epochs), dtype=float)), seed
+    assert np.array_equal(run.migrations["individual"], 7 * np.arange(len(run.migrations))), seed
+
+
+def test_kill_9_leaves_whole_flushed_batches(tmp_path: Path, space: Space) -> None:
+    seed = random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    env = {**os.environ, "PYTHONPATH": APP}
+    for k in range(5):
+        paths = new_run(tmp_path, space, f"run{k}")
+        path = paths.worker_file(0, 0)
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), json.dumps(SPACE)],
+                                stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.02, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        out = proc.stdout.read().decode()
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        _check_whole_batches(path, out, seed)
+        check_run(paths, space)  # and a resume accepts it
