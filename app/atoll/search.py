@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,6 +67,15 @@ class JobPlan:
     done: int  # evaluations completed by earlier jobs
     next_id: int  # first individual id this job may use
     resumed: bool
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data to broadcast (a Config holds read-only mappings pickle refuses)."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "config": config_to_dict(self.config)}
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any]) -> JobPlan:
+        return cls(**{**plain, "config": parse_config(plain["config"])})
 
 
 def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *, config_text: str = "",
@@ -152,7 +161,7 @@ def _begin(paths: record.RunPaths, config: Config, budget: int, comm: MPI.Comm,
 def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[list[str]], JobPlan],
              t0: float, stop_requested: Callable[[], bool]) -> JobSummary:
     hosts = comm.gather(_hostname(), root=0) or []
-    job = _on_root(comm, lambda: plan(hosts))
+    job = JobPlan.from_plain(_on_root(comm, lambda: plan(hosts).to_plain()))
     config = job.config
     topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
     objective = _on_all(comm, lambda: load_objective(config.objective.name))
@@ -213,7 +222,9 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
         rng=np.random.default_rng([config.seed, job, topo.worker]), id_base=plan.next_id,
         population=_restored(plan, paths, topo))
     try:
-        return loop.run(budget)
+        stats = loop.run(budget)
+        log_file.write_population(loop.population)
+        return stats
     finally:
         link.stop()
         log_file.close()

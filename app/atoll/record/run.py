@@ -63,6 +63,8 @@ class RunInfo:
     """Individuals recorded so far, any status: what the run has spent of its budget."""
     next_id: int
     """The first individual id no earlier job used."""
+    budget: int
+    """Evaluations the whole run completes, fixed when the run was created."""
 
     @property
     def next_job(self) -> int:
@@ -70,7 +72,7 @@ class RunInfo:
 
 
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
-               space: Space) -> None:
+               space: Space, budget: int) -> None:
     """Start a new run: make the directory if needed and write ``run.h5``."""
     check_param_names(space)
     run_dir = paths.run_dir
@@ -97,6 +99,7 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
         f.attrs["config"] = config_text
         f.attrs["config_json"] = to_json(dict(config_table))
         f.attrs["space"] = to_json(space.to_dict())
+        f.attrs["budget"] = budget
         create_table(f, "jobs", job_dtype())
     os.replace(temp, paths.run_file)
     paths.workers_dir.mkdir(exist_ok=True)
@@ -115,12 +118,13 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         raise RecordError(f"{run_dir}: no such directory; give the directory of an Atoll run")
     if not paths.run_file.exists():
         raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
-                          "of an Atoll run, or use 'atoll run' to start a new one")
+                          "of an Atoll run, or use 'atoll search' to start a new one")
     with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True) as f:
         version = int(f.attrs["schema_version"])
         stored = json_attr(f, "space", paths.run_file)
         config_table = json_attr(f, "config_json", paths.run_file)
         config_text = text(f.attrs.get("config", ""))
+        budget = int(f.attrs.get("budget", 0))
         try:
             jobs = decoded(committed(f["jobs"]))
         except (KeyError, OSError, RuntimeError) as exc:
@@ -143,7 +147,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         evaluations += count
         next_id = max(next_id, top + 1)
     return RunInfo(run_dir, version, config_table, config_text, run_space, jobs, workers,
-                   evaluations, next_id)
+                   evaluations, next_id, budget)
 
 
 def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:

@@ -65,6 +65,13 @@ COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         "to_worker": ("worker that received it", ""),
         "time": ("when it was sent", _UNIX),
     },
+    "population": {
+        "id": ("individual id", ""),
+        "version": ("migrations of the copy this worker holds", ""),
+        "island": ("island the copy belongs to", ""),
+        "owner": ("worker of that island that may emigrate it", ""),
+        "active": ("whether the copy is still on the island (false once it migrated away)", ""),
+    },
     "jobs": {
         "job": ("job number within the run, from 0", ""),
         "start": ("when the job started", _UNIX),
@@ -80,9 +87,11 @@ TABLE_DOCS = {
     "individuals": "one row per evaluated individual, any status",
     "epochs": "one row per epoch an objective reported; one column per metric",
     "migrations": "one row per migration or pollination of an individual",
+    "population": "what this worker knew of its island when its job ended cleanly",
     "jobs": "one row per job (allocation) that worked on the run",
 }
-CHUNK_ROWS = {"individuals": 512, "epochs": 2048, "migrations": 512, "jobs": 64}
+CHUNK_ROWS = {"individuals": 512, "epochs": 2048, "migrations": 512, "population": 4096,
+              "jobs": 64}
 
 RESERVED_COLUMNS: tuple[str, ...] = tuple(COLUMNS["individuals"])
 EPOCH_COLUMNS: tuple[str, ...] = tuple(COLUMNS["epochs"])
@@ -150,6 +159,11 @@ def migration_dtype() -> np.dtype:
     return np.dtype([("individual", "i8"), ("version", "i4"), ("mode", MODE),
                      ("from_island", "i4"), ("to_island", "i4"), ("from_worker", "i4"),
                      ("to_worker", "i4"), ("time", "f8")])
+
+
+def population_dtype() -> np.dtype:
+    return np.dtype([("id", "i8"), ("version", "i4"), ("island", "i4"), ("owner", "i4"),
+                     ("active", "?")])
 
 
 def job_dtype() -> np.dtype:

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +37,7 @@ from atoll.record.schema import (
     metric_docs,
     migration_dtype,
     param_docs,
+    population_dtype,
 )
 from atoll.space import Space
 
@@ -151,6 +152,14 @@ class WorkerLog:
         self._epochs.clear()
         self._migrations.clear()
         self._last_flush = time.monotonic()
+
+    def write_population(self, individuals: Iterable[Individual]) -> None:
+        """Store what this worker knows of its island at the end of a clean job (once)."""
+        rows = np.array([(i.id, i.version, i.island, i.owner, i.active) for i in individuals],
+                        dtype=population_dtype())
+        self.flush()
+        create_table(self._file, "population", population_dtype(), data=rows)
+        self._file.flush()
 
     def close(self) -> None:
         """Flush and close; calling it again does nothing."""
