@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ MPIRUN = BIN / "mpirun"
 def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_tcp_if_include="lo", PYTHONUNBUFFERED="1")
+               OMPI_MCA_btl_tcp_if_include="lo", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     env.update(extra)
     return env
 
@@ -48,3 +50,44 @@ def atoll_cmd(*args: str) -> list[str]:
 
 def mpirun_atoll(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from /proc), children first found first."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = signal.SIGKILL
+              ) -> None:
+    """Send ``sig`` to a launcher and every process it started (ranks may leave its group)."""
+    victims = [proc.pid, *descendants(proc.pid)]
+    for pid in victims:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and
+                                              _alive(p) for p in victims):
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

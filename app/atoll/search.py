@@ -195,6 +195,9 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
     config, job = plan.config, plan.job
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
+    # Read earlier jobs before this job's files exist, so no file is open twice in a process.
+    population = _on_all(topo.world, lambda: _restored(plan, paths, topo)
+                         if topo.is_leader else None)
     log_file = _on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
         flush_interval=config.record.flush_interval) if topo.is_leader else None)
@@ -220,7 +223,7 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
         migration=MigrationPolicy(config.migration.mode, config.migration.probability,
                                   config.migration.migrants),
         rng=np.random.default_rng([config.seed, job, topo.worker]), id_base=plan.next_id,
-        population=_restored(plan, paths, topo))
+        population=population)
     try:
         stats = loop.run(budget)
         log_file.write_population(loop.population)
@@ -249,8 +252,8 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:
     if not plan.resumed:
         return None
-    run = record.open_run(paths.run_dir)
-    return restore_population(run.individuals, run.migrations, plan.config.space, topo.layout,
+    individuals, migrations = record.read_history(paths.run_dir, plan.job)
+    return restore_population(individuals, migrations, plan.config.space, topo.layout,
                               topo.island)
 
 

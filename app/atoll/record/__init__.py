@@ -11,7 +11,7 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
-from atoll.record.reader import RunData, open_run, read_completed
+from atoll.record.reader import RunData, open_run, read_completed, read_history
 from atoll.record.run import RunInfo, begin_job, check_run, create_run, end_job, software_versions
 from atoll.record.schema import SCHEMA_VERSION, check_param_names
 from atoll.record.summary import describe
@@ -32,5 +32,6 @@ __all__ = [
     "end_job",
     "open_run",
     "read_completed",
+    "read_history",
     "software_versions",
 ]

@@ -43,11 +43,13 @@ class RunPaths:
     def worker_file(self, job: int, worker: int) -> Path:
         return self.workers_dir / f"job{job:03d}-worker{worker:05d}.h5"
 
-    def worker_files(self) -> list[Path]:
-        """The worker files that exist, in (job, worker) order."""
+    def worker_files(self, before_job: int | None = None) -> list[Path]:
+        """The worker files that exist, in (job, worker) order; only earlier jobs' if asked."""
         if not self.workers_dir.is_dir():
             return []
         found = [p for p in self.workers_dir.glob(WORKER_GLOB) if p.is_file()]
+        if before_job is not None:
+            found = [p for p in found if _job_worker(p)[0] < before_job]
         return sorted(found, key=_job_worker)
 
     def temp_for(self, path: Path) -> Path:

@@ -117,6 +117,23 @@ def read_completed(run_dir: str | Path) -> np.ndarray:
     return _by(_concat(tables, individual_dtype(space)), "id")
 
 
+def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.ndarray]:
+    """Individuals and migrations of the jobs before ``before_job``: what a resume replays.
+
+    Only earlier jobs' files are opened, so the files this job is writing are never touched.
+    """
+    paths = RunPaths(run_dir)
+    workers = paths.worker_files(before_job)
+    space = _read_run_file(paths, workers)[0]
+    individuals, migrations = [], []
+    for path in workers:
+        with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
+            individuals.append(committed(f["individuals"]))
+            migrations.append(committed(f["migrations"]))
+    return (_concat(individuals, individual_dtype(space)),
+            _concat(migrations, migration_dtype()))
+
+
 def _hint(path: Path) -> str:
     return f"move it out of {path.parent} to read the rest of the run"
 

@@ -1,0 +1,181 @@
+"""Resume: after a wall-time stop, under other layouts, after kill -9, and its refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
+
+from atoll.individual import Status
+from atoll.record import open_run
+from atoll.restore import completed_count
+
+SLOW_CONFIG = "tests/configs/slow_sphere.toml"
+
+
+def start(tmp_path: Path, ranks: int, *settings: str, name: str = "run",
+          config: str = SLOW_CONFIG) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    run_dir = tmp_path / name
+    args = ["search", "--config", config, "--run-dir", str(run_dir)]
+    for item in settings:
+        args += ["--set", item]
+    return run_dir, mpirun_atoll(ranks, *args)
+
+
+def resume(run_dir: Path, ranks: int, *settings: str) -> subprocess.CompletedProcess[str]:
+    args = ["resume", str(run_dir)]
+    for item in settings:
+        args += ["--set", item]
+    return mpirun_atoll(ranks, *args)
+
+
+def check_complete(run_dir: Path, budget: int) -> np.ndarray:
+    ind = open_run(run_dir).individuals
+    assert completed_count(ind) == budget
+    assert len(np.unique(ind["id"])) == len(ind)
+    return ind
+
+
+def digest(run_dir: Path) -> dict[str, str]:
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_resume_after_wall_time_under_other_layouts(tmp_path):
+    run_dir, done = start(tmp_path, 4, "search.generations=150", "search.islands=2",
+                          "search.wall_time=1.5", "migration.probability=0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = completed_count(open_run(run_dir).individuals)
+    assert 0 < first < 600
+    # A smaller allocation with one island, then a larger one with 2-rank workers.
+    done = resume(run_dir, 2, "search.islands=1", "search.wall_time=1.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = completed_count(open_run(run_dir).individuals)
+    assert first < second < 600
+    # The run's wall_time (1.5 s, per job) holds unless a job overrides it.
+    done = resume(run_dir, 6, "search.ranks_per_worker=2", "search.islands=3",
+                  "search.wall_time=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = check_complete(run_dir, 600)
+    run = open_run(run_dir)
+    layouts = [row["layout"] for row in run.jobs]
+    assert len(layouts) == 3 and json.loads(layouts[2])["islands"] == 3
+    assert set(ind["worker"][ind["born"] > run.jobs["start"][2]]) <= {0, 1, 2}
+    # Later jobs bred from what earlier jobs found: some parents come from an earlier job.
+    later = ind[ind["born"] > run.jobs["start"][1]]
+    earlier_ids = set(ind["id"][ind["born"] < run.jobs["start"][1]])
+    assert {int(p) for p in later["parent_a"]} & earlier_ids
+
+
+def test_resume_of_a_finished_run_adds_nothing(tmp_path):
+    run_dir, done = start(tmp_path, 2, "search.generations=10")
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = resume(run_dir, 2)
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_complete(run_dir, 20)
+    assert len(open_run(run_dir).jobs) == 2
+
+
+def test_search_on_an_existing_run_of_the_same_search_continues_it(tmp_path):
+    run_dir, done = start(tmp_path, 2, "search.generations=30", "search.wall_time=1")
+    assert done.returncode == 0
+    run_dir, done = start(tmp_path, 2, "search.generations=30")
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_complete(run_dir, 60)
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_loses_only_unflushed_work_and_resumes_exactly(tmp_path):
+    rng = random.Random(1234)
+    budget = 4 * 150
+    partial = []
+    run_dir = tmp_path / "killed"
+    args = ["search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+            "--set", "search.generations=150", "--set", "search.islands=2",
+            "--set", "record.flush_interval=0.05", "--set", "migration.probability=0.3"]
+    for moment in (rng.uniform(2.0, 3.5) for _ in range(3)):
+        cmd = mpirun_cmd(4, "-m", "atoll", *args) if not (run_dir / "run.h5").exists() else \
+            mpirun_cmd(4, "-m", "atoll", "resume", str(run_dir), "--set",
+                       "record.flush_interval=0.05")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(moment)
+        kill_tree(proc)
+        if not (run_dir / "run.h5").exists():
+            continue
+        # Every file opens, and every recorded row is whole.
+        for path in run_dir.rglob("*.h5"):
+            with h5py.File(path, "r"):
+                pass
+        ind = open_run(run_dir).individuals
+        assert len(np.unique(ind["id"])) == len(ind)
+        assert (ind["status"] == int(Status.OK)).all()
+        assert np.isfinite(ind["loss"]).all()
+        partial.append(completed_count(ind))
+    assert any(0 < n < budget for n in partial), partial  # the kills hit running searches
+    done = mpirun_atoll(3, "resume", str(run_dir), "--set", "search.islands=3") \
+        if (run_dir / "run.h5").exists() else mpirun_atoll(4, *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_complete(run_dir, budget)
+
+
+def test_search_refuses_a_run_of_a_different_space_and_changes_nothing(tmp_path):
+    run_dir, done = start(tmp_path, 1, "search.generations=5")
+    assert done.returncode == 0
+    before = digest(run_dir)
+    for extra in (["--set", "space.x1.low=-1"], ["--set", "space.x0.high=1"]):
+        done = run(atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+                             *extra))
+        assert done.returncode == 2
+        assert "search space differs" in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    done = run(atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+                         "--set", "search.generations=6"))
+    assert done.returncode == 2 and "search.generations = 5, not 6" in done.stderr
+    assert digest(run_dir) == before
+
+
+def test_resume_refuses_damaged_newer_and_foreign_runs_without_changing_them(tmp_path):
+    run_dir, done = start(tmp_path, 1, "search.generations=5")
+    assert done.returncode == 0
+    cases = []
+    newer = tmp_path / "newer"
+    subprocess.run(["cp", "-r", str(run_dir), str(newer)], check=True)
+    with h5py.File(newer / "run.h5", "r+") as f:
+        f.attrs["schema_version"] = 99
+    cases.append((newer, "schema"))
+    damaged = tmp_path / "damaged"
+    subprocess.run(["cp", "-r", str(run_dir), str(damaged)], check=True)
+    data = (damaged / "run.h5").read_bytes()
+    (damaged / "run.h5").write_bytes(data[: len(data) // 3])
+    cases.append((damaged, "damaged"))
+    worker = tmp_path / "worker"
+    subprocess.run(["cp", "-r", str(run_dir), str(worker)], check=True)
+    (worker / "workers" / "job000-worker00000.h5").write_bytes(b"not hdf5 at all")
+    cases.append((worker, "job000-worker00000.h5"))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    cases.append((foreign, "not an Atoll run"))
+    for path, words in cases:
+        before = digest(path)
+        done = run(atoll_cmd("resume", str(path)))
+        assert done.returncode == 2, (path, done.stderr)
+        assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert digest(path) == before
+
+
+def test_resume_may_change_only_job_level_settings(tmp_path):
+    run_dir, done = start(tmp_path, 1, "search.generations=5")
+    assert done.returncode == 0
+    done = run(atoll_cmd("resume", str(run_dir), "--set", "evolution.mutation=0.9"))
+    assert done.returncode == 2 and "a resume may change only" in done.stderr
