@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest

@@ -8,12 +8,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import mpirun_atoll
 
 from atoll.individual import Status
 from atoll.record import open_run
 from atoll.search import share
 from atoll.topology import plan_layout
+from conftest import mpirun_atoll
 
 
 def search(tmp_path: Path, ranks: int, *settings: str, config: str = "examples/sphere.toml",

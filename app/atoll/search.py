@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +29,7 @@ from atoll.population import Population
 from atoll.protocol import Codec, Mailbox
 from atoll.record.run import software_versions
 from atoll.restore import completed_count, restore_population
-from atoll.topology import Topology, build_topology, plan_layout
+from atoll.topology import Layout, Topology, build_topology, plan_layout
 from atoll.worker import WorkerLink
 
 if TYPE_CHECKING:
@@ -62,11 +62,12 @@ class JobPlan:
     """What rank 0 decided before any work starts, shared with every rank."""
 
     config: Config
-    job: int
     budget: int  # evaluations the whole run completes
-    done: int  # evaluations completed by earlier jobs
-    next_id: int  # first individual id this job may use
-    resumed: bool
+    resumed: bool  # whether the run exists already
+    config_text: str = ""  # the config as given, recorded for a new run
+    job: int = -1  # set by _begin, like the two below
+    done: int = 0  # evaluations completed by earlier jobs
+    next_id: int = 0  # first individual id this job may use
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data to broadcast (a Config holds read-only mappings pickle refuses)."""
@@ -87,16 +88,14 @@ def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *, config_text: st
     paths = record.RunPaths(run_dir)
     start = time.time()
 
-    def plan(hosts: list[str]) -> JobPlan:
+    def plan() -> JobPlan:
         if paths.run_file.exists():
             info = record.check_run(paths, config.space)
-            _same_search(record.RunPaths(run_dir), info.config_table, config)
-            return _begin(paths, config, info.budget, comm, hosts, start, resumed=True)
-        plan_layout(comm.Get_size(), config.search.ranks_per_worker, config.search.islands)
-        budget = _budget(config, comm.Get_size() // config.search.ranks_per_worker)
-        record.create_run(paths, config_table=config_to_dict(config), config_text=config_text,
-                          space=config.space, budget=budget)
-        return _begin(paths, config, budget, comm, hosts, start, resumed=False)
+            _same_search(paths, info.config_table, config)
+            return JobPlan(config, info.budget, resumed=True)
+        record.check_new_run_dir(paths)
+        workers = comm.Get_size() // config.search.ranks_per_worker
+        return JobPlan(config, _budget(config, workers), resumed=False, config_text=config_text)
 
     return _run_job(paths, comm, plan, start, stop_requested)
 
@@ -110,7 +109,7 @@ def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = (), 
     paths = record.RunPaths(run_dir)
     start = time.time()
 
-    def plan(hosts: list[str]) -> JobPlan:
+    def plan() -> JobPlan:
         info = record.check_run(paths)
         for item in overrides:
             key = item.partition("=")[0].strip()
@@ -118,7 +117,7 @@ def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = (), 
                 raise ConfigError(f"--set {item!r}: a resume may change only "
                                   f"{', '.join(LAYOUT_KEYS)}; start a new run to change {key}")
         config = parse_config(apply_overrides(info.config_table, overrides))
-        return _begin(paths, config, info.budget, comm, hosts, start, resumed=True)
+        return JobPlan(config, info.budget, resumed=True)
 
     return _run_job(paths, comm, plan, start, stop_requested)
 
@@ -143,28 +142,36 @@ def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config)
                     f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")
 
 
-def _begin(paths: record.RunPaths, config: Config, budget: int, comm: MPI.Comm,
-           hosts: list[str], start: float, *, resumed: bool) -> JobPlan:
-    """Check the layout, count what earlier jobs completed, and add this job to the record."""
-    layout = plan_layout(comm.Get_size(), config.search.ranks_per_worker, config.search.islands)
+def _begin(paths: record.RunPaths, plan: JobPlan, layout: Layout, hosts: list[str],
+           start: float) -> JobPlan:
+    """The first write of a job: create the run if new, count earlier work, add this job."""
     done, next_id = 0, 0
-    if resumed:
+    if plan.resumed:
         individuals = record.read_completed(paths.run_dir)
         done = completed_count(individuals)
         next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+    else:
+        record.create_run(paths, config_table=config_to_dict(plan.config),
+                          config_text=plan.config_text, space=plan.config.space,
+                          budget=plan.budget)
     job = record.begin_job(paths, layout=layout.as_dict(), hosts=hosts,
                            versions=software_versions(_mpi_library()), slurm=_slurm_ids(),
                            start=start)
-    return JobPlan(config, job, budget, done, next_id, resumed)
+    return replace(plan, job=job, done=done, next_id=next_id)
 
 
-def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[list[str]], JobPlan],
+def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan],
              t0: float, stop_requested: Callable[[], bool]) -> JobSummary:
+    """Check everything (read only), then begin the job in the record and run it."""
     hosts = comm.gather(_hostname(), root=0) or []
-    job = JobPlan.from_plain(_on_root(comm, lambda: plan(hosts).to_plain()))
-    config = job.config
-    topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
+    draft = JobPlan.from_plain(_on_root(comm, lambda: plan().to_plain()))
+    config = draft.config
+    layout = _on_all(comm, lambda: plan_layout(
+        comm.Get_size(), config.search.ranks_per_worker, config.search.islands))
     objective = _on_all(comm, lambda: load_objective(config.objective.name))
+    job = JobPlan.from_plain(_on_root(
+        comm, lambda: _begin(paths, draft, layout, hosts, t0).to_plain()))
+    topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
     workers = topo.layout.workers
     deadline = t0 + config.search.wall_time if config.search.wall_time else float("inf")
     remaining = max(job.budget - job.done, 0)

@@ -12,7 +12,15 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
 from atoll.record.reader import RunData, open_run, read_completed, read_history
-from atoll.record.run import RunInfo, begin_job, check_run, create_run, end_job, software_versions
+from atoll.record.run import (
+    RunInfo,
+    begin_job,
+    check_new_run_dir,
+    check_run,
+    create_run,
+    end_job,
+    software_versions,
+)
 from atoll.record.schema import SCHEMA_VERSION, check_param_names
 from atoll.record.summary import describe
 from atoll.record.writer import WorkerLog
@@ -24,6 +32,7 @@ __all__ = [
     "RunPaths",
     "WorkerLog",
     "begin_job",
+    "check_new_run_dir",
     "check_param_names",
     "check_run",
     "consolidate",

@@ -74,20 +74,9 @@ class RunInfo:
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
                space: Space, budget: int) -> None:
     """Start a new run: make the directory if needed and write ``run.h5``."""
+    check_new_run_dir(paths)
     check_param_names(space)
     run_dir = paths.run_dir
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
-                          "directory for the run")
-    if paths.run_file.exists():
-        raise RecordError(f"{run_dir}: holds an Atoll run already; use 'atoll resume {run_dir}' "
-                          "to continue it, or choose a new directory")
-    if run_dir.is_dir():
-        foreign = sorted(e.name for e in run_dir.iterdir() if not _tolerated(e, paths))
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise RecordError(f"{run_dir}: not empty and not an Atoll run (it holds {shown}); "
-                              "choose an empty or new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     temp = paths.temp_for(paths.run_file)
     # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
@@ -103,6 +92,23 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
         create_table(f, "jobs", job_dtype())
     os.replace(temp, paths.run_file)
     paths.workers_dir.mkdir(exist_ok=True)
+
+
+def check_new_run_dir(paths: RunPaths) -> None:
+    """Refuse a run directory that is a file, holds a run, or holds anything else; read only."""
+    run_dir = paths.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
+                          "directory for the run")
+    if paths.run_file.exists():
+        raise RecordError(f"{run_dir}: holds an Atoll run already; use 'atoll resume {run_dir}' "
+                          "to continue it, or choose a new directory")
+    if run_dir.is_dir():
+        foreign = sorted(e.name for e in run_dir.iterdir() if not _tolerated(e, paths))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise RecordError(f"{run_dir}: not empty and not an Atoll run (it holds {shown}); "
+                              "choose an empty or new directory")
 
 
 def _tolerated(entry: Path, paths: RunPaths) -> bool:

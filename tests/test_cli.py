@@ -1,0 +1,127 @@
+"""The command line as users run it: real subprocesses, exit codes, messages, imports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import atoll
+from conftest import ROOT, atoll_cmd, mpirun_atoll, mpirun_cmd, run
+
+
+def imported_modules(*args: str) -> set[str]:
+    """Modules a CLI call imports, from ``python -X importtime``."""
+    done = run([sys.executable, "-X", "importtime", "-m", "atoll", *args])
+    return {line.split("|")[-1].strip().split(".")[0]
+            for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_version_and_help():
+    done = run(atoll_cmd("--version"))
+    assert done.returncode == 0 and atoll.__version__ in done.stdout
+    for command in ([], ["search"], ["resume"], ["inspect"]):
+        done = run(atoll_cmd(*command, "--help"))
+        assert done.returncode == 0 and "Usage: atoll" in done.stdout
+
+
+def test_help_imports_neither_torch_nor_mpi_nor_h5py():
+    modules = imported_modules("--help")
+    assert not modules & {"torch", "mpi4py", "h5py", "numpy"}, modules
+
+
+def test_benchmark_search_never_imports_torch(tmp_path):
+    modules = imported_modules("search", "--config", "examples/sphere.toml", "--run-dir",
+                               str(tmp_path / "r"), "--set", "search.generations=3")
+    assert "mpi4py" in modules and "h5py" in modules
+    assert "torch" not in modules
+
+
+def test_inspect_reads_files_without_mpi(tmp_path):
+    run_dir = tmp_path / "r"
+    assert run(atoll_cmd("search", "--run-dir", str(run_dir), "--set",
+                         "search.generations=4", "--set", "search.islands=1")).returncode == 0
+    done = run(atoll_cmd("inspect", str(run_dir)))
+    assert done.returncode == 0 and "Evaluations: 4 (ok 4" in done.stdout
+    assert "mpi4py" not in imported_modules("inspect", str(run_dir))
+
+
+BAD_CONFIGS = [
+    ("[search]\ngenerations = 0\n", "search.generations: expected an integer >= 1, got 0"),
+    ("[search]\nislands = 'two'\n", "search.islands: expected an integer >= 1"),
+    ("[evolution]\ncrosover = 0.5\n", "did you mean 'crossover'"),
+    ("[space.x]\ntype = 'float'\nlow = 2\nhigh = 1\n", "space.x"),
+    ("[space.x]\ntype = 'float'\nlow = 0\nhigh = 1\nlog = true\n", "log"),
+    ("[space.c]\ntype = 'categorical'\nchoices = []\n", "space.c.choices"),
+    ("[search\n", "invalid TOML"),
+    ("[objective]\nname = 'nowhere.module:f'\n[space.x]\ntype = 'int'\nlow = 0\nhigh = 3\n",
+     "cannot import module 'nowhere.module'"),
+    ("[objective]\nname = 'json:__doc__'\n[space.x]\ntype = 'int'\nlow = 0\nhigh = 3\n",
+     "not a function"),
+]
+
+
+@pytest.mark.parametrize("text,words", BAD_CONFIGS)
+def test_bad_config_gives_one_line_exit_2_and_creates_nothing(tmp_path, text, words):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "--config", str(config), "--run-dir", str(run_dir)))
+    assert done.returncode == 2
+    assert done.stderr.startswith("atoll: error: ") and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not run_dir.exists()
+
+
+def test_layout_that_does_not_fit_fails_on_every_rank_with_one_message(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(3, "search", "--config", "examples/sphere.toml", "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2")
+    assert done.returncode != 0
+    assert done.stderr.count("atoll: error: 3 MPI ranks cannot form workers") == 1
+    assert not run_dir.exists()
+
+
+def test_bad_input_under_mpirun_is_reported_once(tmp_path):
+    done = mpirun_atoll(4, "search", "--config", "examples/sphere.toml", "--run-dir",
+                        str(tmp_path / "r"), "--set", "search.islands=9")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.count("search.islands=9 is more than the 4 worker(s)") == 1
+
+
+def test_foreign_run_directory_is_left_alone(tmp_path):
+    run_dir = tmp_path / "data"
+    run_dir.mkdir()
+    (run_dir / "keep.txt").write_text("precious")
+    done = run(atoll_cmd("search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(run_dir)))
+    assert done.returncode == 2 and "not an Atoll run" in done.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["keep.txt"]
+
+
+def test_python_api_inside_a_user_script(tmp_path):
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import atoll, sys\n"
+        "config = atoll.load_config('examples/rastrigin.toml', ['search.generations=10'])\n"
+        "summary = atoll.search(config, sys.argv[1])\n"
+        "print('evaluations', summary.evaluations)\n")
+    done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))
+    assert done.returncode == 0, done.stderr
+    assert "evaluations 20" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.toml")))
+def test_every_example_runs_on_4_ranks(tmp_path, example):
+    done = mpirun_atoll(4, "search", "--config", f"examples/{example}", "--run-dir",
+                        str(tmp_path / "r"), timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Best 5 of" in done.stdout
+
+
+def test_make_targets_exist():
+    makefile = Path(ROOT / "Makefile").read_text()
+    for target in ("run:", "test:", "bench:", "lint:", "clean:"):
+        assert f"\n{target}" in makefile
