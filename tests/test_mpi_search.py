@@ -130,9 +130,11 @@ def test_wall_time_stops_the_search_by_itself(tmp_path):
 
 
 def test_same_seed_same_layout_single_worker_is_reproducible(tmp_path):
-    runs = [open_run(search(tmp_path, 1, "seed=11", "search.generations=40", name=f"r{i}"))
+    runs = [open_run(search(tmp_path, 1, "seed=11", "search.generations=40", "search.islands=1",
+                           name=f"r{i}"))
             for i in range(2)]
     a, b = (r.individuals for r in runs)
     assert np.array_equal(a["x0"], b["x0"]) and np.array_equal(a["loss"], b["loss"])
-    other = open_run(search(tmp_path, 1, "seed=12", "search.generations=40", name="r2"))
+    other = open_run(search(tmp_path, 1, "seed=12", "search.generations=40",
+                            "search.islands=1", name="r2"))
     assert not np.array_equal(a["x0"], other.individuals["x0"])

@@ -80,6 +80,15 @@ class RecordConfig:
     """How results reach disk."""
 
     flush_interval: float = 5.0
+    top_models: int = 5  # weights kept of the best individuals whose objective offers them
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """The torch process group of each multi-rank worker (made only if an objective asks)."""
+
+    backend: str = "auto"  # nccl with CUDA devices, gloo otherwise
+    timeout: float = 60.0  # seconds for the rendezvous and for any collective
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,7 @@ class Config:
     evolution: EvolutionConfig
     migration: MigrationConfig
     record: RecordConfig
+    distributed: DistributedConfig = DistributedConfig()
 
 
 # --- value checkers: (value, dotted key) -> the validated value, or a ConfigError --------------
@@ -183,7 +193,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "migration": (MigrationConfig, {
         "mode": _one_of("migration", "pollination"), "probability": _probability,
         "migrants": _integer(1)}),
-    "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True)}),
+    "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True),
+                              "top_models": _integer(0)}),
+    "distributed": (DistributedConfig, {
+        "backend": _one_of("auto", "gloo", "nccl"), "timeout": _number(0.0, strict=True)}),
 }
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options")
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
@@ -331,6 +344,7 @@ def parse_config(table: Mapping[str, Any]) -> Config:
         evolution=_section(table, "evolution"),
         migration=_section(table, "migration"),
         record=_section(table, "record"),
+        distributed=_section(table, "distributed"),
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
     from mpi4py import MPI
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
@@ -35,7 +36,8 @@ class Context:
     rng: np.random.Generator
     data_dir: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
+    backend: str = "auto"
+    timeout: float = 60.0
     _sink: EpochSink | None = field(default=None, repr=False)
 
     @property
@@ -50,6 +52,23 @@ class Context:
     def is_leader(self) -> bool:
         """Only the leader's return value counts, and only it records epochs."""
         return self.comm.Get_rank() == 0
+
+    @property
+    def process_group(self) -> Any:
+        """The worker's torch process group (NCCL with GPUs, else gloo), made once per worker.
+
+        First use is collective: every rank of the worker must ask for it (or for ``device``).
+        """
+        from atoll.distributed import worker_group
+
+        return worker_group(self.comm, self.backend, self.timeout).process_group
+
+    @property
+    def device(self) -> torch.device:
+        """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU."""
+        from atoll.distributed import worker_group
+
+        return worker_group(self.comm, self.backend, self.timeout).device
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.

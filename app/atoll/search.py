@@ -19,6 +19,7 @@ import numpy as np
 from atoll import record
 from atoll.config import Config, apply_overrides, config_to_dict, parse_config
 from atoll.context import Context
+from atoll.distributed import close_worker_group
 from atoll.errors import AtollError, ConfigError
 from atoll.evaluation import Objective, evaluate
 from atoll.evolution import default_propagator
@@ -211,6 +212,7 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
     evaluator = _make_evaluator(config, topo, objective, log_file)
     if not topo.is_leader:
         link.follow(evaluator)
+        close_worker_group()
         return IslandStats()
     assert topo.leaders is not None and log_file is not None
     pop_size = config.evolution.population_size or 2 * len(topo.island_workers)
@@ -238,6 +240,7 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
     finally:
         link.stop()
         log_file.close()
+        close_worker_group()
 
 
 def _make_evaluator(config: Config, topo: Topology, objective: Objective,
@@ -248,7 +251,8 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
     def evaluator(ind: Individual) -> None:
         ctx = Context(comm=topo.worker_comm, individual_id=ind.id,
                       rng=np.random.default_rng([config.seed, ind.id]), data_dir=data_dir,
-                      options=config.objective.options, _sink=sink)
+                      options=config.objective.options, backend=config.distributed.backend,
+                      timeout=config.distributed.timeout, _sink=sink)
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(objective, ind.params, ctx)
         ind.finished = time.time()

@@ -1,0 +1,172 @@
+"""Torch process groups for multi-rank workers: made once per worker, reused for every individual.
+
+Each process belongs to exactly one worker, so the worker's ranks form the process's default
+torch.distributed group. The rendezvous store is hosted by the worker leader on a port the
+operating system picks (port 0) and is broadcast over MPI, so neither two workers nor two jobs
+on one node can collide; it listens on the loopback address when the whole worker is on one
+node. The device is the node-local rank among all of the job's ranks on that node (from an MPI
+shared-memory split), never a world rank modulo a GPU count, and ``CUDA_VISIBLE_DEVICES`` is
+respected because torch only sees the devices it lists.
+
+Only objectives that ask for ``ctx.process_group`` or ``ctx.device`` import torch.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from atoll.errors import AtollError
+
+if TYPE_CHECKING:
+    import torch
+    from mpi4py import MPI
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+class DistributedError(AtollError):
+    """The worker's process group could not be made or failed its check."""
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    """The torch side of one worker: its backend, this rank's device, and the live store."""
+
+    backend: str
+    device: torch.device
+    local_rank: int
+    store: Any  # the TCPStore: kept referenced for the group's lifetime
+
+    @property
+    def process_group(self) -> Any:
+        import torch.distributed as dist
+
+        return dist.group.WORLD
+
+
+_GROUP: WorkerGroup | None = None
+
+
+def node_local_rank(world: MPI.Comm) -> int:
+    """This rank's index among the job's ranks on its node."""
+    from mpi4py import MPI
+
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
+    try:
+        return node.Get_rank()
+    finally:
+        node.Free()
+
+
+def choose_backend(requested: str) -> str:
+    """``auto`` is NCCL when CUDA devices are visible, gloo otherwise."""
+    import torch
+    import torch.distributed as dist
+
+    if requested not in BACKENDS:
+        raise DistributedError(f"distributed.backend: expected one of {', '.join(BACKENDS)}, "
+                               f"got {requested!r}")
+    if requested != "auto":
+        if requested == "nccl" and not torch.cuda.is_available():
+            raise DistributedError("distributed.backend: 'nccl' needs CUDA devices and this "
+                                   "rank sees none; use 'gloo' or 'auto'")
+        return requested
+    cuda = torch.cuda.is_available() and dist.is_nccl_available()
+    return "nccl" if cuda else "gloo"
+
+
+def choose_device(backend: str, local_rank: int) -> torch.device:
+    import torch
+
+    if backend == "nccl":
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def worker_group(comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0) -> WorkerGroup:
+    """The worker's process group, created on first use (collective over ``comm``)."""
+    global _GROUP
+    if _GROUP is not None:
+        return _GROUP
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    chosen = choose_backend(backend)
+    local_rank = node_local_rank(MPI.COMM_WORLD)
+    device = choose_device(chosen, local_rank)
+    _check_devices(comm, device)
+    store = _rendezvous(comm, timeout)
+    dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
+                            rank=comm.Get_rank(), world_size=comm.Get_size(),
+                            timeout=timedelta(seconds=timeout))
+    _GROUP = WorkerGroup(chosen, device, local_rank, store)
+    _check_all_reduce(comm, _GROUP)
+    return _GROUP
+
+
+def close_worker_group() -> None:
+    """Destroy the process group and close the store (end of the job)."""
+    global _GROUP
+    if _GROUP is None:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _GROUP = None
+
+
+def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:
+    """A TCPStore on the leader, at a port the OS picked, reachable by the worker's ranks."""
+    from mpi4py import MPI
+    from torch.distributed import TCPStore
+
+    hosts = comm.allgather(MPI.Get_processor_name())
+    one_node = len(set(hosts)) == 1
+    address: tuple[str, int] | None = None
+    store = None
+    if comm.Get_rank() == 0:
+        host = "127.0.0.1" if one_node else socket.gethostname()
+        store = TCPStore(host, 0, comm.Get_size(), is_master=True,
+                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        address = (host, store.port)
+    address = comm.bcast(address, root=0)
+    if comm.Get_rank() != 0:
+        store = TCPStore(address[0], address[1], comm.Get_size(), is_master=False,
+                         timeout=timedelta(seconds=timeout))
+    return store
+
+
+def _check_devices(comm: MPI.Comm, device: torch.device) -> None:
+    """Two ranks of one worker on one GPU would deadlock NCCL: refuse that layout."""
+    from mpi4py import MPI
+
+    seen = comm.allgather((MPI.Get_processor_name(), str(device)))
+    if device.type == "cuda" and len(set(seen)) < len(seen):
+        raise DistributedError(
+            f"ranks of one worker share a GPU ({seen}); start one rank per GPU, or set "
+            "distributed.backend = 'gloo'")
+
+
+def _check_all_reduce(comm: MPI.Comm, group: WorkerGroup) -> None:
+    """A short all_reduce proves the group works before any individual depends on it."""
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    probe = torch.ones(1, device=group.device)
+    try:
+        dist.all_reduce(probe)
+        ok = int(probe.item()) == comm.Get_size()
+        problem = "" if ok else f"sum {probe.item()} != {comm.Get_size()}"
+    except Exception as exc:  # noqa: BLE001 - reported with hosts and ranks below
+        problem = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    problems = comm.allgather((comm.Get_rank(), MPI.Get_processor_name(), problem))
+    failed = [(r, h, p) for r, h, p in problems if p]
+    if failed:
+        where = ", ".join(f"rank {r} on {h}: {p}" for r, h, p in failed)
+        raise DistributedError(f"the worker's {group.backend} process group failed its "
+                               f"all_reduce check ({where})")
