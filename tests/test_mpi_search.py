@@ -17,13 +17,13 @@ from conftest import mpirun_atoll
 
 
 def search(tmp_path: Path, ranks: int, *settings: str, config: str = "examples/sphere.toml",
-           name: str = "run") -> Path:
+           name: str = "run", code: int = 0) -> Path:
     run_dir = tmp_path / name
     args = ["search", "--config", config, "--run-dir", str(run_dir)]
     for item in settings:
         args += ["--set", item]
     done = mpirun_atoll(ranks, *args, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == code, done.stderr[-3000:]
     assert "evaluations" in done.stdout
     return run_dir
 
@@ -123,7 +123,7 @@ def test_max_evaluations_caps_the_total_across_workers(tmp_path):
 
 
 def test_wall_time_stops_the_search_by_itself(tmp_path):
-    run_dir = search(tmp_path, 4, "search.generations=10000000", "search.wall_time=2")
+    run_dir = search(tmp_path, 4, "search.generations=10000000", "search.wall_time=2", code=75)
     ind = open_run(run_dir).individuals
     assert 0 < len(ind) < 4 * 10000000
     assert ind["finished"].max() - ind["born"].min() < 6

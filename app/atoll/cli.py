@@ -43,7 +43,8 @@ def cli() -> None:
     """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
 
     Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
-    2 bad input (config, search space, rank layout, run directory).
+    2 bad input (config, search space, rank layout, run directory), 75 stopped early by a
+    signal (SIGTERM, SIGUSR1, SIGINT) or the wall time: resume to continue.
     """
 
 
@@ -73,10 +74,8 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
     text = _config_text(config_path, overrides)
-    summary = _guarded(lambda: _mpi_job(
-        lambda comm: run_search(config, run_dir, comm, config_text=text)), debug)
-    if summary is not None:
-        _print_summary(summary, top)
+    _finish(_guarded(lambda: _mpi_job(
+        lambda comm: run_search(config, run_dir, comm, config_text=text)), debug), top)
 
 
 def _config_text(path: Path | None, overrides: Sequence[str]) -> str:
@@ -91,20 +90,27 @@ def _config_text(path: Path | None, overrides: Sequence[str]) -> str:
 
 
 def _mpi_job(job: Callable[[Any], Any]) -> Any:
-    """Run a collective job on the world communicator; only rank 0 keeps its summary."""
+    """Run a collective job on the world communicator."""
     from mpi4py import MPI
 
-    summary = job(MPI.COMM_WORLD)
-    return summary if MPI.COMM_WORLD.Get_rank() == 0 else None
+    return job(MPI.COMM_WORLD)
 
 
-def _print_summary(summary: Any, top: int) -> None:
+def _finish(summary: Any, top: int) -> None:
+    """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
+    from atoll.logs import launcher_rank
     from atoll.record import describe, open_run
 
-    click.echo(describe(open_run(summary.run_dir), top=top))
-    rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
-    click.echo(f"\nThis job: {summary.evaluations} evaluations in {summary.wall_seconds:.2f} s "
-               f"({rate:.1f}/s); results: {summary.results_file}")
+    if launcher_rank() == 0:
+        click.echo(describe(open_run(summary.run_dir), top=top))
+        rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
+        click.echo(f"\nThis job: {summary.evaluations} evaluations in "
+                   f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
+                   f"{summary.results_file}")
+        if summary.exit_code:
+            click.echo(f"Stopped before the budget was spent: continue with "
+                       f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
+    sys.exit(summary.exit_code)
 
 
 @cli.command()
@@ -125,10 +131,8 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
     from atoll.search import resume_search
 
     setup_logging(launcher_rank(), debug)
-    summary = _guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),
-                       debug)
-    if summary is not None:
-        _print_summary(summary, top)
+    _finish(_guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),
+                     debug), top)
 
 
 @cli.command()

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
 """Receives (individual id, epoch, unix time, metrics) on the worker leader."""
+WeightSink = Callable[[int, float, Mapping[str, Any]], Any]
+"""Receives (individual id, loss, state_dict) on the worker leader."""
 
 
 @dataclass
@@ -39,6 +41,10 @@ class Context:
     backend: str = "auto"
     timeout: float = 60.0
     _sink: EpochSink | None = field(default=None, repr=False)
+    _weights: WeightSink | None = field(default=None, repr=False)
+    _should_stop: Callable[[], bool] | None = field(default=None, repr=False)
+    interrupted: bool = False
+    """Set when ``report`` told the objective to stop because the job is stopping."""
 
     @property
     def rank(self) -> int:
@@ -74,9 +80,21 @@ class Context:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
 
         Call it on every rank of the worker with the same epoch; the leader records. The answer
-        is the same on every rank (no pruning policy yet, so it is always ``False``).
+        is the same on every rank: ``True`` once the job is asked to stop (a signal or the
+        wall time), and then the individual is recorded as interrupted whatever it returns.
         """
         if self._sink is not None:
             self._sink(self.individual_id, int(epoch), time.time(),
                        {k: float(v) for k, v in metrics.items()})
-        return False
+        if self._should_stop is not None and self._should_stop():
+            self.interrupted = True
+        return self.interrupted
+
+    def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
+        """Offer this evaluation's best weights (plain tensors, no ``module.`` prefix).
+
+        The leader stores them (HDF5, no pickle) if the loss ranks among the run's best
+        ``record.top_models``; other ranks may call it too, it does nothing there.
+        """
+        if self._weights is not None and self.is_leader:
+            self._weights(self.individual_id, float(loss), state_dict)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from atoll.evolution import Propagator
-from atoll.individual import Individual
+from atoll.individual import Individual, Status
 from atoll.population import Population
 from atoll.protocol import Mailbox, Tag
 from atoll.topology import Layout
@@ -64,6 +64,7 @@ class IslandStats:
     """What the leader measured, for the summary and the benchmarks."""
 
     evaluations: int = 0
+    completed: int = 0  # evaluations that spend budget (not interrupted)
     objective_seconds: float = 0.0
     loop_seconds: float = 0.0
     emigrants: int = 0
@@ -108,6 +109,7 @@ class IslandLoop:
                 self.stats.first_evaluation = ind.started
             self.stats.objective_seconds += ind.finished - ind.started
             done += 1
+            self.stats.completed += ind.status != Status.INTERRUPTED
             self.population.learn(ind)
             self.recorder.add_individual(ind)
             self.mailbox.send_individual(Tag.RESULT, ind, self.peers)

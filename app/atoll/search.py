@@ -23,13 +23,15 @@ from atoll.distributed import close_worker_group
 from atoll.errors import AtollError, ConfigError
 from atoll.evaluation import Objective, evaluate
 from atoll.evolution import default_propagator
-from atoll.individual import Individual
+from atoll.individual import Individual, Status
 from atoll.island import Budget, IslandLoop, IslandStats, MigrationPolicy
+from atoll.keeper import TopWeights, prune_to_top
 from atoll.objectives.loader import load_objective
 from atoll.population import Population
 from atoll.protocol import Codec, Mailbox
 from atoll.record.run import software_versions
 from atoll.restore import completed_count, restore_population
+from atoll.stopping import EXIT_STOPPED, StopFlag
 from atoll.topology import Layout, Topology, build_topology, plan_layout
 from atoll.worker import WorkerLink
 
@@ -42,7 +44,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class JobSummary:
-    """What a finished job reports on rank 0 (``None`` fields on other ranks)."""
+    """What a finished job reports (the same on every rank)."""
 
     run_dir: Path
     job: int
@@ -51,6 +53,7 @@ class JobSummary:
     objective_seconds: float
     first_evaluation_seconds: float
     results_file: Path | None
+    exit_code: int  # 0: the run's budget is spent; EXIT_STOPPED: resume to continue
 
 
 LAYOUT_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
@@ -80,8 +83,8 @@ class JobPlan:
         return cls(**{**plain, "config": parse_config(plain["config"])})
 
 
-def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *, config_text: str = "",
-               stop_requested: Callable[[], bool] = lambda: False) -> JobSummary:
+def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *,
+               config_text: str = "") -> JobSummary:
     """Start a search in ``run_dir``, or continue the run there if it is the same search.
 
     Collective over ``comm``. A run directory holding a different search is an error.
@@ -98,11 +101,10 @@ def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *, config_text: st
         workers = comm.Get_size() // config.search.ranks_per_worker
         return JobPlan(config, _budget(config, workers), resumed=False, config_text=config_text)
 
-    return _run_job(paths, comm, plan, start, stop_requested)
+    return _run_job(paths, comm, plan, start)
 
 
-def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = (), *,
-                  stop_requested: Callable[[], bool] = lambda: False) -> JobSummary:
+def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = ()) -> JobSummary:
     """Continue the run in ``run_dir`` until its budget is spent, under this job's layout.
 
     ``overrides`` may change only :data:`LAYOUT_KEYS`; the search itself stays the run's.
@@ -120,7 +122,7 @@ def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = (), 
         config = parse_config(apply_overrides(info.config_table, overrides))
         return JobPlan(config, info.budget, resumed=True)
 
-    return _run_job(paths, comm, plan, start, stop_requested)
+    return _run_job(paths, comm, plan, start)
 
 
 def _budget(config: Config, workers: int) -> int:
@@ -162,7 +164,7 @@ def _begin(paths: record.RunPaths, plan: JobPlan, layout: Layout, hosts: list[st
 
 
 def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan],
-             t0: float, stop_requested: Callable[[], bool]) -> JobSummary:
+             t0: float) -> JobSummary:
     """Check everything (read only), then begin the job in the record and run it."""
     hosts = comm.gather(_hostname(), root=0) or []
     draft = JobPlan.from_plain(_on_root(comm, lambda: plan().to_plain()))
@@ -173,24 +175,33 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
     job = JobPlan.from_plain(_on_root(
         comm, lambda: _begin(paths, draft, layout, hosts, t0).to_plain()))
     topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
-    workers = topo.layout.workers
+    stop = StopFlag(comm).install()
     deadline = t0 + config.search.wall_time if config.search.wall_time else float("inf")
     remaining = max(job.budget - job.done, 0)
-    budget = Budget(share(remaining, workers)[topo.worker], deadline, stop_requested)
+    budget = Budget(share(remaining, topo.layout.workers)[topo.worker], deadline, stop.requested)
+    if deadline < float("inf"):
+        stop.deadline = deadline
     comm.Barrier()
     start = time.time()
-    stats = _run_worker(job, paths, topo, objective, budget)
-    comm.Barrier()
+    try:
+        stats = _run_worker(job, paths, topo, objective, budget, stop)
+    finally:
+        stopped = stop.close()
     wall = time.time() - start
-    gathered = comm.gather(stats if topo.is_leader else None, root=0)
-    results = _on_root(comm, lambda: _finish(paths, job.job))
-    leaders = [s for s in gathered or [] if s is not None]
+    gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
+    completed = sum(s.completed for s in gathered)
+    exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
+    if stopped or exit_code:
+        log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
+                    "with 'atoll resume %s'", stop.reason or "wall time", job.done + completed,
+                    job.budget, exit_code, paths.run_dir)
+    results = _on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
     return JobSummary(
-        run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in leaders),
-        wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in leaders),
-        first_evaluation_seconds=min((s.first_evaluation for s in leaders if s.evaluations),
+        run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in gathered),
+        wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in gathered),
+        first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
                                      default=start) - t0,
-        results_file=results)
+        results_file=results, exit_code=exit_code)
 
 
 def share(total: int, workers: int) -> list[int]:
@@ -199,7 +210,7 @@ def share(total: int, workers: int) -> list[int]:
 
 
 def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective: Objective,
-                budget: Budget) -> IslandStats:
+                budget: Budget, stop: StopFlag) -> IslandStats:
     config, job = plan.config, plan.job
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
@@ -209,7 +220,8 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
     log_file = _on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
         flush_interval=config.record.flush_interval) if topo.is_leader else None)
-    evaluator = _make_evaluator(config, topo, objective, log_file)
+    keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
+    evaluator = _make_evaluator(config, topo, objective, log_file, keeper, stop)
     if not topo.is_leader:
         link.follow(evaluator)
         close_worker_group()
@@ -244,18 +256,31 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
 
 
 def _make_evaluator(config: Config, topo: Topology, objective: Objective,
-                    log_file: record.WorkerLog | None) -> Callable[[Individual], None]:
+                    log_file: record.WorkerLog | None, keeper: TopWeights | None,
+                    stop: StopFlag) -> Callable[[Individual], None]:
     data_dir = Path(config.objective.data_dir) if config.objective.data_dir else None
     sink = log_file.add_epoch if log_file is not None else None
+    weights = keeper.offer if keeper is not None else None
+
+    def should_stop() -> bool:
+        """The same answer on every rank of the worker (one small allreduce per epoch)."""
+        from mpi4py import MPI
+
+        wanted = stop.requested()
+        return bool(topo.worker_comm.allreduce(wanted, op=MPI.LOR)) \
+            if topo.worker_comm.Get_size() > 1 else wanted
 
     def evaluator(ind: Individual) -> None:
         ctx = Context(comm=topo.worker_comm, individual_id=ind.id,
                       rng=np.random.default_rng([config.seed, ind.id]), data_dir=data_dir,
                       options=config.objective.options, backend=config.distributed.backend,
-                      timeout=config.distributed.timeout, _sink=sink)
+                      timeout=config.distributed.timeout, _sink=sink, _weights=weights,
+                      _should_stop=should_stop)
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(objective, ind.params, ctx)
         ind.finished = time.time()
+        if ctx.interrupted:
+            ind.status, ind.error = Status.INTERRUPTED, "stopped early: the job was asked to stop"
 
     return evaluator
 
@@ -268,9 +293,15 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Populati
                               topo.island)
 
 
-def _finish(paths: record.RunPaths, job: int) -> Path:
-    record.end_job(paths, job, stop=time.time(), exit_code=0)
-    return record.consolidate(paths)
+def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config) -> Path:
+    """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights."""
+    record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
+    results = record.consolidate(paths)
+    if paths.model_files():
+        individuals = record.read_completed(paths.run_dir)
+        losses = dict(zip(individuals["id"].tolist(), individuals["loss"].tolist(), strict=True))
+        prune_to_top(paths, losses, config.record.top_models)
+    return results
 
 
 def _hostname() -> str:

@@ -21,6 +21,7 @@ class RunPaths:
         RUN_DIR/run.h5                            config, space, jobs (world rank 0 only)
         RUN_DIR/workers/job000-worker00000.h5     one per worker leader and job (the checkpoint)
         RUN_DIR/results.h5                        everything in single tables, written at the end
+        RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
     """
 
     run_dir: Path
@@ -42,6 +43,20 @@ class RunPaths:
 
     def worker_file(self, job: int, worker: int) -> Path:
         return self.workers_dir / f"job{job:03d}-worker{worker:05d}.h5"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.run_dir / "models"
+
+    def model_file(self, individual_id: int) -> Path:
+        return self.models_dir / f"ind{individual_id:012d}.h5"
+
+    def model_files(self) -> dict[int, Path]:
+        """Stored weights by individual id."""
+        if not self.models_dir.is_dir():
+            return {}
+        return {int(p.stem[3:]): p for p in self.models_dir.glob("ind*.h5")
+                if p.stem[3:].isdigit()}
 
     def worker_files(self, before_job: int | None = None) -> list[Path]:
         """The worker files that exist, in (job, worker) order; only earlier jobs' if asked."""

