@@ -16,7 +16,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-import atoll
+from atoll.api import search  # not atoll.search: the submodule shadows it after one call
 from atoll.config import parse_config
 from atoll.record import read_completed
 from objectives import space
@@ -41,7 +41,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     results = []
     for task in tasks:
-        summary = atoll.search(parse_config(config_table(task)), task["run_dir"], comm=comm)
+        summary = search(parse_config(config_table(task)), task["run_dir"], comm=comm)
         if comm.Get_rank() == 0:
             recorded = read_completed(task["run_dir"])
             results.append({

@@ -71,18 +71,26 @@ def descendants(pid: int) -> list[int]:
 
 def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = signal.SIGKILL
               ) -> None:
-    """Send ``sig`` to a launcher and every process it started (ranks may leave its group)."""
-    victims = [proc.pid, *descendants(proc.pid)]
-    for pid in victims:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and
-                                              _alive(p) for p in victims):
+    """Send ``sig`` to a launcher and every process it started, until none is left alive.
+
+    Enumerating again after each round catches a rank that was being started meanwhile.
+    """
+    victims: set[int] = set()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        found = {proc.pid, *descendants(proc.pid)} if proc.poll() is None else \
+            set(descendants(proc.pid))
+        victims |= found
+        alive = [p for p in victims if _alive(p)]
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         time.sleep(0.05)
+    proc.wait()
 
 
 def _alive(pid: int) -> bool:

@@ -101,19 +101,23 @@ def test_kill_9_at_random_moments_loses_only_unflushed_work_and_resumes_exactly(
     args = ["search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
             "--set", "search.generations=150", "--set", "search.islands=2",
             "--set", "record.flush_interval=0.05", "--set", "migration.probability=0.3"]
-    for moment in (rng.uniform(2.0, 3.5) for _ in range(3)):
+    for moment in (rng.uniform(0.1, 1.5) for _ in range(3)):
         cmd = mpirun_cmd(4, "-m", "atoll", *args) if not (run_dir / "run.h5").exists() else \
             mpirun_cmd(4, "-m", "atoll", "resume", str(run_dir), "--set",
                        "record.flush_interval=0.05")
         proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        files = len(list(run_dir.glob("workers/*.h5")))
+        deadline = time.monotonic() + 60  # wait for this job's search to start, then kill
+        while time.monotonic() < deadline and len(list(run_dir.glob("workers/*.h5"))) == files:
+            time.sleep(0.05)
         time.sleep(moment)
         kill_tree(proc)
         if not (run_dir / "run.h5").exists():
             continue
         # Every file opens, and every recorded row is whole.
         for path in run_dir.rglob("*.h5"):
-            with h5py.File(path, "r"):
+            with h5py.File(path, "r", locking=False):
                 pass
         ind = open_run(run_dir).individuals
         assert len(np.unique(ind["id"])) == len(ind)

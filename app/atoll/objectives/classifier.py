@@ -1,0 +1,229 @@
+"""The built-in DDP image classifier: ``objective.name = "atoll.objectives.classifier:train"``.
+
+The network of the tutorial: ``conv_layers`` convolutions of 10 channels (kernel 3, padding 1),
+each followed by the activation, then a linear head and log-softmax; Adadelta with StepLR, NLL
+loss, early stopping. Every rank of the worker trains one DDP replica on an exclusive shard of
+the training set; validation is sharded without duplicates and its loss and accuracy are summed
+over the whole validation set, so every rank reports the same numbers, equal to what one process
+would compute alone.
+
+Parameters (the search space): ``conv_layers`` (int), ``activation`` (relu, sigmoid, tanh),
+``lr`` (float), ``gamma`` (float). Options (``[objective.options]``): see :data:`OPTIONS`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from atoll.errors import ObjectiveError
+from atoll.objectives import data as datasets
+from atoll.objectives.data import ImageSet
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid,
+                                           "tanh": nn.Tanh}
+CHANNELS = 10
+OPTIONS: dict[str, Any] = {
+    "dataset": "digits",  # digits, mnist, fashionmnist, cifar10
+    "epochs": 10,
+    "batch_size": 64,
+    "patience": 5,  # epochs without a better validation loss before stopping
+    "val_fraction": 0.2,  # of the training split, the same samples for the whole run
+    "split_seed": 0,  # seed of the training/validation split
+    "stage_dir": "",  # node-local directory to copy the data to first (once per node)
+    "num_workers": 0,  # DataLoader worker processes
+    "eval_batch_size": 512,
+}
+
+
+# -- the model ------------------------------------------------------------------------------
+
+def build_model(conv_layers: int, activation: str, in_channels: int, height: int, width: int,
+                classes: int) -> nn.Module:
+    """Convolutions keep the image size (padding 1), so any image size and channel count fits."""
+    if activation not in ACTIVATIONS:
+        raise ObjectiveError(f"activation: expected one of {', '.join(ACTIVATIONS)}, "
+                             f"got {activation!r}")
+    if int(conv_layers) < 1:
+        raise ObjectiveError(f"conv_layers: expected >= 1, got {conv_layers!r}")
+    layers: list[nn.Module] = []
+    for i in range(int(conv_layers)):
+        layers += [nn.Conv2d(in_channels if i == 0 else CHANNELS, CHANNELS, 3, padding=1),
+                   ACTIVATIONS[activation]()]
+    layers += [nn.Flatten(), nn.Linear(CHANNELS * height * width, classes),
+               nn.LogSoftmax(dim=1)]
+    return nn.Sequential(*layers)
+
+
+def build_model_from_params(params: Mapping[str, Any], input_shape: tuple[int, int, int],
+                            classes: int) -> nn.Module:
+    """The network an individual trained, ready for ``load_state_dict`` of its kept weights.
+
+    ``input_shape`` is (channels, height, width), e.g. ``ImageSet.shape``.
+    """
+    channels, height, width = input_shape
+    return build_model(_param(params, "conv_layers", int), _param(params, "activation", str),
+                       channels, height, width, classes)
+
+
+# -- metrics over the whole set -------------------------------------------------------------
+
+def evaluate_whole_set(model: nn.Module, data: ImageSet, ctx: Any = None,
+                       batch_size: int = 512, device: Any = "cpu") -> tuple[float, float]:
+    """(mean NLL loss, accuracy) over all of ``data``, on every rank of ``ctx.comm``.
+
+    Each rank evaluates the positions ``rank::size`` (disjoint, no padding duplicates); the
+    float64 (loss sum, correct, count) of all ranks are then combined in rank order, so the
+    result is bit-identical on every rank and equal (to rounding) to one process evaluating
+    the whole set alone, which is what ``ctx=None`` does. Not a DDP collective: pass the plain
+    module (``ddp.module``).
+    """
+    rank, size = (0, 1) if ctx is None else (ctx.rank, ctx.size)
+    shard = data.subset(datasets.shard_positions(len(data), rank, size))
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(shard), batch_size):
+            x, y = shard[range(start, min(start + batch_size, len(shard)))]
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            loss_sum += F.nll_loss(out, y, reduction="none").double().sum()
+            correct += (out.argmax(dim=1) == y).sum()
+    model.train(was_training)
+    total = sum_over_worker([loss_sum.item(), float(correct.item()), float(len(shard))], ctx)
+    return total[0] / total[2], total[1] / total[2]
+
+
+def sum_over_worker(values: list[float], ctx: Any = None) -> list[float]:
+    """Element-wise sums of float64 values over the worker's ranks, identical on every rank.
+
+    An all-reduce whose result does not depend on the MPI library's reduction order: the
+    per-rank values are gathered and added in rank order, so decisions taken from them (early
+    stopping) agree on every rank.
+    """
+    if ctx is None or ctx.size == 1:
+        return [float(v) for v in values]
+    rows = np.asarray(ctx.comm.allgather(np.asarray(values, dtype=np.float64)))
+    return [math.fsum(rows[:, j]) for j in range(rows.shape[1])]
+
+
+# -- the objective --------------------------------------------------------------------------
+
+def train(params: Mapping[str, Any], ctx: Any) -> float:
+    """Train one individual on every rank of its worker; returns the best validation loss."""
+    opts = read_options(ctx.options)
+    device = ctx.device  # first use makes the worker's process group (once per worker)
+    full = datasets.load_for_worker(opts["dataset"], ctx.data_dir, "train", ctx.comm,
+                                    opts["stage_dir"])
+    training, validation = datasets.train_validation(full, opts["val_fraction"],
+                                                     opts["split_seed"])
+    seed = int(ctx.rng.integers(2**31 - 1))  # same on every rank: ctx.rng is per individual
+    torch.manual_seed(seed)
+    model = build_model_from_params(params, full.shape, full.classes).to(device)
+    replica = _wrap(model, ctx, device)
+    optimizer = torch.optim.Adadelta(replica.parameters(), lr=_param(params, "lr", float))
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1,
+                                                gamma=_param(params, "gamma", float))
+    loader, sampler = datasets.train_loader(training, opts["batch_size"], ctx.rank, ctx.size,
+                                            seed, opts["num_workers"])
+    best_loss, best_state, stale = math.inf, _plain_state(model), 0
+    for epoch in range(opts["epochs"]):
+        started = time.perf_counter()
+        sampler.set_epoch(epoch)
+        lr = scheduler.get_last_lr()[0]
+        train_sum, seen = _train_epoch(replica, loader, optimizer, device)
+        scheduler.step()
+        train_seconds = time.perf_counter() - started
+        val_loss, val_acc = evaluate_whole_set(model, validation, ctx, opts["eval_batch_size"],
+                                               device)
+        train_sum, seen = sum_over_worker([train_sum, seen], ctx)
+        if val_loss < best_loss:
+            best_loss, best_state, stale = val_loss, _plain_state(model), 0
+        else:
+            stale += 1
+        stop = ctx.report(epoch, train_loss=train_sum / seen, val_loss=val_loss,
+                          val_accuracy=val_acc, lr=lr,
+                          epoch_seconds=time.perf_counter() - started,
+                          samples_per_second=seen / train_seconds)
+        if stop or stale >= opts["patience"]:
+            break
+    if hasattr(ctx, "keep_weights"):
+        ctx.keep_weights(best_state, best_loss)
+    return best_loss
+
+
+def _train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimizer,
+                 device: Any) -> tuple[float, float]:
+    """One pass over this rank's shard: (loss sum, samples), both local to this rank."""
+    replica.train()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    seen = 0
+    for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.nll_loss(replica(x), y)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach().double() * len(y)
+        seen += len(y)
+    return loss_sum.item(), float(seen)
+
+
+def _wrap(model: nn.Module, ctx: Any, device: Any) -> nn.Module:
+    """DDP over the worker's process group; a one-rank worker trains the plain model."""
+    if ctx.size == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device] if getattr(device, "type", "cpu") == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, process_group=ctx.process_group)
+
+
+def _plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of the plain module's weights (no DDP ``module.`` prefix)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def read_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """:data:`OPTIONS` with the given values, checked; unknown keys are refused."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ObjectiveError(f"objective.options.{unknown[0]}: unknown option of the "
+                             f"classifier (known: {', '.join(OPTIONS)})")
+    merged = {**OPTIONS, **options}
+    for key, default in OPTIONS.items():
+        value = merged[key]
+        if isinstance(default, int) and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ObjectiveError(f"objective.options.{key}: expected an integer, got {value!r}")
+        if isinstance(default, float) and not isinstance(value, int | float):
+            raise ObjectiveError(f"objective.options.{key}: expected a number, got {value!r}")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise ObjectiveError(f"objective.options.{key}: expected a string, got {value!r}")
+    for key in ("epochs", "batch_size", "patience", "eval_batch_size"):
+        if merged[key] < 1:
+            raise ObjectiveError(f"objective.options.{key}: expected >= 1, got {merged[key]}")
+    if merged["num_workers"] < 0:
+        raise ObjectiveError(f"objective.options.num_workers: expected >= 0, "
+                             f"got {merged['num_workers']}")
+    datasets.check_name(merged["dataset"])
+    return merged
+
+
+def _param(params: Mapping[str, Any], name: str, kind: type) -> Any:
+    if name not in params:
+        raise ObjectiveError(f"parameter {name!r} missing: the classifier's search space needs "
+                             "conv_layers, activation, lr and gamma")
+    try:
+        return kind(params[name])
+    except (TypeError, ValueError):
+        raise ObjectiveError(f"parameter {name!r}: expected {kind.__name__}, "
+                             f"got {params[name]!r}") from None
