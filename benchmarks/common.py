@@ -80,6 +80,21 @@ def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
     Each task gets ``run_dir`` (a fresh directory: the Atoll run dir, the Propulate checkpoint
     dir) unless it has one.
     """
+    try:
+        return _launch(side, ranks, tasks, env)
+    except KilledError as exc:  # e.g. by a signal from outside; once more, and say so
+        print(f"  {exc}; launching once more", flush=True)
+        for task in tasks:
+            task.pop("run_dir", None)
+        return _launch(side, ranks, tasks, env)
+
+
+class KilledError(RuntimeError):
+    """mpirun ended by a signal it did not send itself."""
+
+
+def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
+            env: dict[str, str] | None) -> Launch:
     python, script = SIDES[side]
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{side}-{ranks}-"))
     for i, task in enumerate(tasks):
@@ -98,6 +113,8 @@ def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
             proc.wait()
             raise RuntimeError(f"{side} at {ranks} ranks: timed out after {LAUNCH_TIMEOUT:.0f} s;"
                                f" log: {workdir / 'log.txt'}") from None
+    if code < 0:
+        raise KilledError(f"{side} at {ranks} ranks: mpirun killed by signal {-code}")
     if code != 0 or not out.exists():
         tail = (workdir / "log.txt").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{side} at {ranks} ranks failed (exit {code}); log "

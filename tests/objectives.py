@@ -16,3 +16,30 @@ def slow_sphere(params: Mapping[str, Any], ctx: Any) -> float:
         time.sleep(pause / 2)
         ctx.report(epoch, half=float(epoch))
     return BENCHMARKS["sphere"](params, ctx)
+
+
+def flaky(params: Mapping[str, Any], ctx: Any) -> Any:
+    """Sphere that fails in the way ``options.way`` for a fraction ``options.rate`` of
+    individuals (the draw comes from ctx.rng, so every rank of a worker agrees)."""
+    if float(ctx.rng.random()) >= float(ctx.options.get("rate", 0.2)):
+        return BENCHMARKS["sphere"](params, ctx)
+    way = ctx.options["way"]
+    if way == "raise":
+        raise ValueError("flaky objective failed on purpose")
+    if way == "returns_nan":
+        return float("nan")
+    if way == "returns_inf":
+        return float("inf")
+    if way == "returns_text":
+        return "not a number"
+    if way == "runaway":
+        time.sleep(60)
+    if way == "one_rank_raises":
+        import torch
+        import torch.distributed as dist
+
+        ctx.process_group  # noqa: B018 - the worker's group, made on every rank
+        if ctx.rank == ctx.size - 1:
+            raise RuntimeError("only the last rank failed")
+        dist.all_reduce(torch.ones(1))  # the partners wait here until the group's timeout
+    return BENCHMARKS["sphere"](params, ctx)

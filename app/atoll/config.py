@@ -51,6 +51,7 @@ class SearchConfig:
     wall_time: float = 0.0
     ranks_per_worker: int = 1
     islands: int = 1
+    eval_timeout: float = 0.0  # seconds per evaluation, 0 = none (see README: where it cannot act)
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "search": (SearchConfig, {
         "generations": _integer(1), "max_evaluations": _integer(0),
         "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1),
-        "islands": _integer(1)}),
+        "islands": _integer(1), "eval_timeout": _number(0.0, strict=False)}),
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),

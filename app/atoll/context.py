@@ -40,6 +40,8 @@ class Context:
     options: Mapping[str, Any] = field(default_factory=dict)
     backend: str = "auto"
     timeout: float = 60.0
+    local_rank: int = 0
+    """This rank's index among the job's ranks on its node."""
     _sink: EpochSink | None = field(default=None, repr=False)
     _weights: WeightSink | None = field(default=None, repr=False)
     _should_stop: Callable[[], bool] | None = field(default=None, repr=False)
@@ -65,16 +67,17 @@ class Context:
 
         First use is collective: every rank of the worker must ask for it (or for ``device``).
         """
-        from atoll.distributed import worker_group
-
-        return worker_group(self.comm, self.backend, self.timeout).process_group
+        return self._group().process_group
 
     @property
     def device(self) -> torch.device:
         """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU."""
+        return self._group().device
+
+    def _group(self) -> Any:
         from atoll.distributed import worker_group
 
-        return worker_group(self.comm, self.backend, self.timeout).device
+        return worker_group(self.comm, self.backend, self.timeout, self.local_rank)
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.

@@ -5,14 +5,15 @@ torch.distributed group. The rendezvous store is hosted by the worker leader on 
 operating system picks (port 0) and is broadcast over MPI, so neither two workers nor two jobs
 on one node can collide; it listens on the loopback address when the whole worker is on one
 node. The device is the node-local rank among all of the job's ranks on that node (from an MPI
-shared-memory split), never a world rank modulo a GPU count, and ``CUDA_VISIBLE_DEVICES`` is
-respected because torch only sees the devices it lists.
+shared-memory split made once per job), never a world rank modulo a GPU count, and
+``CUDA_VISIBLE_DEVICES`` is respected because torch only sees the devices it lists.
 
 Only objectives that ask for ``ctx.process_group`` or ``ctx.device`` import torch.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,17 +51,6 @@ class WorkerGroup:
 _GROUP: WorkerGroup | None = None
 
 
-def node_local_rank(world: MPI.Comm) -> int:
-    """This rank's index among the job's ranks on its node."""
-    from mpi4py import MPI
-
-    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
-    try:
-        return node.Get_rank()
-    finally:
-        node.Free()
-
-
 def choose_backend(requested: str) -> str:
     """``auto`` is NCCL when CUDA devices are visible, gloo otherwise."""
     import torch
@@ -86,25 +76,43 @@ def choose_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def worker_group(comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0) -> WorkerGroup:
-    """The worker's process group, created on first use (collective over ``comm``)."""
+def worker_group(comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0,
+                 local_rank: int = 0) -> WorkerGroup:
+    """The worker's process group, created on first use (collective over ``comm`` only).
+
+    ``local_rank`` is this rank's index among the job's ranks on its node (see topology).
+    """
     global _GROUP
     if _GROUP is not None:
         return _GROUP
+    # An evaluation time limit (SIGALRM) must not cut a collective setup short on one rank
+    # only: it is held back until the group exists, then fires in the objective as usual.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        _GROUP = _create_group(comm, backend, timeout, local_rank)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return _GROUP
+
+
+def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
+                  ) -> WorkerGroup:
     import torch.distributed as dist
-    from mpi4py import MPI
 
     chosen = choose_backend(backend)
-    local_rank = node_local_rank(MPI.COMM_WORLD)
     device = choose_device(chosen, local_rank)
     _check_devices(comm, device)
     store = _rendezvous(comm, timeout)
     dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
                             rank=comm.Get_rank(), world_size=comm.Get_size(),
                             timeout=timedelta(seconds=timeout))
-    _GROUP = WorkerGroup(chosen, device, local_rank, store)
-    _check_all_reduce(comm, _GROUP)
-    return _GROUP
+    group = WorkerGroup(chosen, device, local_rank, store)
+    try:
+        _check_all_reduce(comm, group)
+    except DistributedError:
+        dist.destroy_process_group()
+        raise
+    return group
 
 
 def close_worker_group() -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Callable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from atoll.context import Context
@@ -16,11 +20,39 @@ log = logging.getLogger(__name__)
 Objective = Callable[[Mapping[str, Any], Context], Any]
 
 
-def evaluate(objective: Objective, params: Mapping[str, Any],
-             ctx: Context) -> tuple[float, Status, str]:
+class EvaluationTimeout(TimeoutError):
+    """The evaluation ran past ``search.eval_timeout``."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`EvaluationTimeout` inside the block after ``seconds`` (0: no limit).
+
+    SIGALRM interrupts Python code and sleeps, but not a C call that does not return (a
+    blocking MPI call, a long native kernel): such runaways end only when the call returns.
+    """
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise EvaluationTimeout(f"evaluation exceeded search.eval_timeout = {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
+             timeout: float = 0.0) -> tuple[float, Status, str]:
     """Call the objective; failures are data: (nan, FAILED, "Type: first line of message")."""
     try:
-        value = objective(params, ctx)
+        with time_limit(timeout):
+            value = objective(params, ctx)
     except Exception as exc:  # noqa: BLE001 - any user error becomes a failed individual
         log.warning("individual %d failed", ctx.individual_id, exc_info=True)
         first_line = (str(exc).splitlines() or [""])[0]

@@ -274,15 +274,34 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
         ctx = Context(comm=topo.worker_comm, individual_id=ind.id,
                       rng=np.random.default_rng([config.seed, ind.id]), data_dir=data_dir,
                       options=config.objective.options, backend=config.distributed.backend,
+                      local_rank=topo.local_rank,
                       timeout=config.distributed.timeout, _sink=sink, _weights=weights,
                       _should_stop=should_stop)
         ind.started = time.time()
-        ind.loss, ind.status, ind.error = evaluate(objective, ind.params, ctx)
+        ind.loss, ind.status, ind.error = evaluate(objective, ind.params, ctx,
+                                                   config.search.eval_timeout)
+        if topo.worker_comm.Get_size() > 1:
+            _agree_on_failure(topo.worker_comm, ind)
         ind.finished = time.time()
         if ctx.interrupted:
             ind.status, ind.error = Status.INTERRUPTED, "stopped early: the job was asked to stop"
 
     return evaluator
+
+
+def _agree_on_failure(comm: MPI.Comm, ind: Individual) -> None:
+    """If any rank of the worker failed, the individual failed on every rank.
+
+    Every failing rank's error is recorded (a partner that waited in a collective fails by
+    timeout too). The worker's process group may be out of step then: it is rebuilt on next use.
+    """
+    errors = comm.allgather(ind.error if ind.status == Status.FAILED else "")
+    failed = [f"rank {rank}: {error}" for rank, error in enumerate(errors) if error]
+    if not failed:
+        return
+    if failed != [f"rank 0: {ind.error}"]:
+        ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, "; ".join(failed)[:2000]
+    close_worker_group()
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:

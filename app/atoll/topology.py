@@ -75,6 +75,7 @@ class Topology:
     leaders: MPI.Comm | None
     worker: int
     island: int
+    local_rank: int = 0  # index among the job's ranks on this node (for devices)
 
     @property
     def is_leader(self) -> bool:
@@ -95,6 +96,9 @@ def build_topology(world: MPI.Comm, ranks_per_worker: int, islands: int) -> Topo
     worker_comm = world.Split(color=worker, key=rank)
     is_leader = worker_comm.Get_rank() == 0
     leaders = world.Split(color=0 if is_leader else MPI.UNDEFINED, key=rank)
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    local_rank = node.Get_rank()
+    node.Free()
     return Topology(layout=layout, world=world, worker_comm=worker_comm,
                     leaders=leaders if is_leader else None, worker=worker,
-                    island=layout.island_of_worker(worker))
+                    island=layout.island_of_worker(worker), local_rank=local_rank)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from atoll.errors import ObjectiveError
 
@@ -39,7 +40,7 @@ SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
-class ImageSet:
+class ImageSet(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Images (N, C, H, W) float32, normalised, and labels (N,) int64; ``rows`` makes a view.
 
     Indexing takes a sequence of positions and returns one batch ``(images, labels)``, so a
@@ -80,15 +81,14 @@ class DatasetSpec:
     """Where a torchvision data set's files are under its root, and how to normalise it."""
 
     torchvision_class: str
-    files: dict[str, tuple[str, ...]]  # split -> files relative to the root
+    files: tuple[str, ...]  # relative to the root; torchvision wants all, whatever the split
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
 
-def _idx_files(folder: str) -> dict[str, tuple[str, ...]]:
-    return {split: (f"{folder}/raw/{prefix}-images-idx3-ubyte",
-                    f"{folder}/raw/{prefix}-labels-idx1-ubyte")
-            for split, prefix in (("train", "train"), ("test", "t10k"))}
+def _idx_files(folder: str) -> tuple[str, ...]:
+    return tuple(f"{folder}/raw/{prefix}-{kind}-ubyte" for prefix in ("train", "t10k")
+                 for kind in ("images-idx3", "labels-idx1"))
 
 
 _CIFAR = "cifar-10-batches-py"
@@ -97,9 +97,8 @@ TORCHVISION: dict[str, DatasetSpec] = {
     "fashionmnist": DatasetSpec("FashionMNIST", _idx_files("FashionMNIST"), (0.2860,), (0.3530,)),
     "cifar10": DatasetSpec(
         "CIFAR10",
-        {"train": tuple(f"{_CIFAR}/data_batch_{i}" for i in range(1, 6)) + (
-            f"{_CIFAR}/batches.meta",),
-         "test": (f"{_CIFAR}/test_batch", f"{_CIFAR}/batches.meta")},
+        (*(f"{_CIFAR}/data_batch_{i}" for i in range(1, 6)), f"{_CIFAR}/test_batch",
+         f"{_CIFAR}/batches.meta"),
         (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 DATASETS = ("digits", *TORCHVISION)
@@ -134,7 +133,7 @@ def load_for_worker(dataset: str, root: Path | str | None, split: str, comm: MPI
         data = _collective(comm, lambda: _read("digits", None, split))
     else:
         source = require_root(dataset, root)
-        where = prepare_on_node(comm, dataset, source, split, stage_dir)
+        where = prepare_on_node(comm, dataset, source, stage_dir)
         data = _collective(comm, lambda: _read(dataset, where, split))
     _CACHE[key] = data
     return data
@@ -157,13 +156,13 @@ def require_root(dataset: str, root: Path | str | None) -> Path:
     return Path(root)
 
 
-def check_files(dataset: str, root: Path, split: str) -> None:
+def check_files(dataset: str, root: Path) -> None:
     """Raise a one-line ObjectiveError naming the first missing file and how to get it."""
     spec = TORCHVISION[dataset]
     if not root.is_dir():
         raise ObjectiveError(f"{dataset}: data directory {root} does not exist; "
                              f"{_how_to_stage(dataset, root)}")
-    for name in spec.files[split]:
+    for name in spec.files:
         if not (root / name).is_file():
             raise ObjectiveError(f"{dataset}: missing {root / name}; "
                                  f"{_how_to_stage(dataset, root)}")
@@ -182,7 +181,7 @@ def _read(dataset: str, root: Path | None, split: str) -> ImageSet:
     if dataset == "digits":
         return _read_digits(split)
     root = require_root(dataset, root)
-    check_files(dataset, root, split)
+    check_files(dataset, root)
     import torchvision.datasets as tvd
 
     spec = TORCHVISION[dataset]
@@ -252,17 +251,18 @@ def train_loader(data: ImageSet, batch_size: int, rank: int, size: int, seed: in
     """
     from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-    sampler = DistributedSampler(data, num_replicas=size, rank=rank, shuffle=True, seed=seed,
-                                 drop_last=size > 1)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        data, num_replicas=size, rank=rank, shuffle=True, seed=seed, drop_last=size > 1)
     batches = BatchSampler(sampler, batch_size, drop_last=False)
-    loader = DataLoader(data, sampler=batches, batch_size=None, num_workers=num_workers)  # type: ignore[arg-type]
+    loader: DataLoader[Any] = DataLoader(data, sampler=batches, batch_size=None,
+                                         num_workers=num_workers)
     return loader, sampler
 
 
 # -- preparation once per node -------------------------------------------------------------
 
-def prepare_on_node(comm: MPI.Comm, dataset: str, root: Path, split: str,
-                    stage_dir: Path | str = "") -> Path:
+def prepare_on_node(comm: MPI.Comm, dataset: str, root: Path, stage_dir: Path | str = ""
+                    ) -> Path:
     """Stage (optional) and check the files on the node-local rank 0; the others wait.
 
     Returns the root to read from (the staged copy if ``stage_dir`` is set). Collective over
@@ -276,7 +276,7 @@ def prepare_on_node(comm: MPI.Comm, dataset: str, root: Path, split: str,
         if node.Get_rank() == 0:
             try:
                 where = stage(dataset, root, stage_dir) if stage_dir else root
-                check_files(dataset, where, split)
+                check_files(dataset, where)
                 outcome = (str(where), "")
             except (ObjectiveError, OSError) as exc:
                 outcome = ("", _one_line(exc))
@@ -300,12 +300,11 @@ def stage(dataset: str, root: Path, stage_dir: Path | str) -> Path:
     target = Path(stage_dir) / f"atoll-{dataset}-{digest}"
     if target.is_dir():
         return target
-    check_files(dataset, root, "train")
-    check_files(dataset, root, "test")
+    check_files(dataset, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        for name in sorted({n for files in spec.files.values() for n in files}):
+        for name in spec.files:
             (scratch / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, scratch / name)
         os.rename(scratch, target)

@@ -1,0 +1,42 @@
+"""Failing evaluations are data: the run completes its budget and never breeds from them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from atoll.individual import Status
+from atoll.record import open_run
+from conftest import mpirun_atoll
+
+
+@pytest.mark.parametrize("way,k,expected", [
+    ("raise", 1, "ValueError: flaky objective failed on purpose"),
+    ("returns_nan", 1, "non-finite loss (nan)"),
+    ("returns_inf", 1, "non-finite loss (inf)"),
+    ("returns_text", 1, "objective returned str, not a number"),
+    ("runaway", 1, "EvaluationTimeout: evaluation exceeded search.eval_timeout = 0.5 s"),
+    ("raise", 2, "ValueError: flaky objective failed on purpose"),
+    ("one_rank_raises", 2, "rank 1: RuntimeError: only the last rank failed"),
+])
+def test_twenty_percent_failures_the_run_completes_its_budget(tmp_path, way, k, expected):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        4, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:flaky", "--set", f"objective.options.way={way}",
+        "--set", "objective.options.rate=0.2", "--set", "search.generations=20",
+        "--set", f"search.ranks_per_worker={k}",
+        "--set", f"search.eval_timeout={0.5 if way == 'runaway' else 0}",
+        "--set", "distributed.timeout=3", "--set", "distributed.backend=gloo", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 20 * 4 // k
+    failed = ind[ind["status"] == int(Status.FAILED)]
+    assert 0.05 * len(ind) <= len(failed) <= 0.5 * len(ind)
+    assert all(expected in e for e in failed["error"]), set(failed["error"])
+    assert np.isnan(failed["loss"]).all()
+    ok = ind[ind["status"] == int(Status.OK)]
+    assert np.isfinite(ok["loss"]).all()
+    # A failed individual is never a parent.
+    parents = set(ind["parent_a"]) | set(ind["parent_b"])
+    assert not parents & set(failed["id"])
