@@ -43,3 +43,19 @@ def flaky(params: Mapping[str, Any], ctx: Any) -> Any:
             raise RuntimeError("only the last rank failed")
         dist.all_reduce(torch.ones(1))  # the partners wait here until the group's timeout
     return BENCHMARKS["sphere"](params, ctx)
+
+
+def store_address(params: Mapping[str, Any], ctx: Any) -> float:
+    """Reports where the worker's rendezvous store listens (from /proc/net/tcp) and the
+    identity of the worker's group, so tests can check both from the record."""
+    import atoll.distributed as distributed
+
+    ctx.process_group  # noqa: B018 - made on every rank of the worker
+    group = distributed._GROUP
+    port = f"{group.store.port:04X}"
+    listening = [line.split()[1] for line in open("/proc/net/tcp").read().splitlines()[1:]
+                 if line.split()[1].endswith(":" + port) and line.split()[3] == "0A"]
+    loopback = float(listening == ["0100007F:" + port])
+    ctx.report(0, loopback=loopback, group=float(id(group) % 1_000_003),
+               store_port=float(group.store.port))
+    return BENCHMARKS["sphere"](params, ctx)

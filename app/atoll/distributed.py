@@ -128,19 +128,27 @@ def close_worker_group() -> None:
 
 
 def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:
-    """A TCPStore on the leader, at a port the OS picked, reachable by the worker's ranks."""
+    """A TCPStore on the leader, reachable only where the worker's ranks are.
+
+    The leader binds the listening socket itself (loopback when the worker is on one node,
+    else the address its host name resolves to) on a port the OS picks, and hands it to the
+    store: torch's own server would listen on every interface.
+    """
     from mpi4py import MPI
     from torch.distributed import TCPStore
 
     hosts = comm.allgather(MPI.Get_processor_name())
-    one_node = len(set(hosts)) == 1
     address: tuple[str, int] | None = None
     store = None
     if comm.Get_rank() == 0:
-        host = "127.0.0.1" if one_node else socket.gethostname()
-        store = TCPStore(host, 0, comm.Get_size(), is_master=True,
-                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
-        address = (host, store.port)
+        host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(socket.gethostname())
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((host, 0))
+        listener.listen(max(128, comm.Get_size()))
+        address = (host, listener.getsockname()[1])
+        store = TCPStore(host, address[1], comm.Get_size(), is_master=True,
+                         timeout=timedelta(seconds=timeout), wait_for_workers=False,
+                         master_listen_fd=listener.detach())
     address = comm.bcast(address, root=0)
     if comm.Get_rank() != 0:
         store = TCPStore(address[0], address[1], comm.Get_size(), is_master=False,

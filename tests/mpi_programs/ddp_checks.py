@@ -54,6 +54,9 @@ class Probe(Context):
         self.kept = (dict(state_dict), loss)
 
 
+LOCAL_RANK = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()  # as topology does
+
+
 def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options: dict[str, Any],
              data_dir: str | None = None) -> Probe:
     def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
@@ -61,7 +64,7 @@ def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options:
 
     return Probe(comm=comm, individual_id=ind_id, rng=np.random.default_rng([SEED, ind_id]),
                  data_dir=Path(data_dir) if data_dir else None, options=options,
-                 backend="gloo", timeout=60.0, _sink=sink)
+                 backend="gloo", timeout=60.0, local_rank=LOCAL_RANK, _sink=sink)
 
 
 def checksum(state: dict[str, torch.Tensor]) -> str:

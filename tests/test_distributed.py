@@ -1,0 +1,28 @@
+"""Worker process groups under a real mpirun: made once per worker, stores on loopback only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from atoll.record import open_run
+from conftest import mpirun_atoll
+
+
+def test_one_group_per_worker_and_its_store_listens_on_loopback_only(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        4, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:store_address", "--set", "search.generations=4",
+        "--set", "search.ranks_per_worker=2", "--set", "distributed.backend=gloo")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = open_run(run_dir)
+    epochs, ind = run.epochs, run.individuals
+    assert len(epochs) == 8 and (epochs["loopback"] == 1.0).all()
+    worker_of = dict(zip(ind["id"].tolist(), ind["worker"].tolist(), strict=True))
+    for worker in (0, 1):
+        mine = epochs[[worker_of[i] == worker for i in epochs["individual"].tolist()]]
+        assert len(mine) == 4
+        assert len(np.unique(mine["group"])) == 1  # the same group for all its individuals
+        assert len(np.unique(mine["store_port"])) == 1
+    # The two workers rendezvous on different ports the OS picked.
+    assert len(np.unique(epochs["store_port"])) == 2
