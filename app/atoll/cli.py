@@ -49,9 +49,9 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file. Without it, the embedded default search runs.")
-@click.option("--run-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--run-dir", required=True, type=click.Path(path_type=Path),
               help="Directory for the run's HDF5 record (new or empty).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
@@ -114,7 +114,7 @@ def _finish(summary: Any, top: int) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a job-level setting for this job only: search.ranks_per_worker, "
                    "search.islands, search.wall_time or record.flush_interval.")
@@ -136,7 +136,7 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--top", default=10, show_default=True, help="Best individuals to list.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def inspect(run_dir: Path, top: int, debug: bool) -> None:

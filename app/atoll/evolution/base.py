@@ -37,6 +37,32 @@ class Propagator(Protocol):
                  rng: np.random.Generator) -> list[Individual]: ...
 
 
+class OneToOne:
+    """Arity of an operator that turns one individual into one (mutations)."""
+
+    @property
+    def parents(self) -> int:
+        return 1
+
+    @property
+    def offspring(self) -> int:
+        return 1
+
+
+class Selection:
+    """Arity of an operator that picks ``k`` individuals from any number (selections)."""
+
+    k: int
+
+    @property
+    def parents(self) -> int:
+        return ANY
+
+    @property
+    def offspring(self) -> int:
+        return self.k
+
+
 def check_probability(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from atoll.evolution.base import check_arity, check_count, check_probability
+from atoll.evolution.base import OneToOne, check_arity, check_count, check_probability
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Params, Space
 
@@ -40,7 +40,7 @@ def _resample_other(param: Param, value: object, rng: np.random.Generator) -> ob
 
 
 @dataclass(frozen=True)
-class PointMutation:
+class PointMutation(OneToOne):
     """With ``probability``, resample ``points`` distinct parameters from the whole space.
 
     A resampled categorical, ordinal or int always differs from its current value when the
@@ -59,14 +59,6 @@ class PointMutation:
             raise ValueError(f"PointMutation: points={self.points} but the space has only "
                              f"{len(self.space)} parameter(s)")
 
-    @property
-    def parents(self) -> int:
-        return 1
-
-    @property
-    def offspring(self) -> int:
-        return 1
-
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
         check_arity(self, individuals, 1)
@@ -84,7 +76,7 @@ def interval_params(space: Space) -> tuple[Param, ...]:
 
 
 @dataclass(frozen=True)
-class IntervalMutationNormal:
+class IntervalMutationNormal(OneToOne):
     """With ``probability``, move ``points`` distinct non-categorical parameters by Gaussian noise.
 
     The step is taken in the unit view of each parameter, ``from_unit(to_unit(v) + N(0, s))``
@@ -109,14 +101,6 @@ class IntervalMutationNormal:
         if self.points > movable:
             raise ValueError(f"IntervalMutationNormal: points={self.points} but the space has "
                              f"only {movable} float, int or ordinal parameter(s)")
-
-    @property
-    def parents(self) -> int:
-        return 1
-
-    @property
-    def offspring(self) -> int:
-        return 1
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from atoll.evolution.base import ANY, check_count
+from atoll.evolution.base import Selection, check_count
 from atoll.individual import Individual
 
 
@@ -18,7 +18,7 @@ def _loss_key(individual: Individual) -> float:
 
 
 @dataclass(frozen=True)
-class SelectBest:
+class SelectBest(Selection):
     """The ``k`` best individuals, or all of them when there are fewer.
 
     Contract: the input is already sorted by loss, best first. The island loop keeps its
@@ -32,35 +32,19 @@ class SelectBest:
     def __post_init__(self) -> None:
         check_count("SelectBest.k", self.k)
 
-    @property
-    def parents(self) -> int:
-        return ANY
-
-    @property
-    def offspring(self) -> int:
-        return self.k
-
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
         return list(individuals[: self.k])
 
 
 @dataclass(frozen=True)
-class SelectUniform:
+class SelectUniform(Selection):
     """``k`` distinct individuals uniformly at random (all, shuffled, when there are fewer)."""
 
     k: int
 
     def __post_init__(self) -> None:
         check_count("SelectUniform.k", self.k)
-
-    @property
-    def parents(self) -> int:
-        return ANY
-
-    @property
-    def offspring(self) -> int:
-        return self.k
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
@@ -69,7 +53,7 @@ class SelectUniform:
 
 
 @dataclass(frozen=True)
-class SelectTournament:
+class SelectTournament(Selection):
     """``k`` winners of tournaments among ``size`` distinct random contestants; lowest loss wins.
 
     Tournaments are independent, so a strong individual may win more than once; ``size`` sets
@@ -83,14 +67,6 @@ class SelectTournament:
     def __post_init__(self) -> None:
         check_count("SelectTournament.k", self.k)
         check_count("SelectTournament.size", self.size)
-
-    @property
-    def parents(self) -> int:
-        return ANY
-
-    @property
-    def offspring(self) -> int:
-        return self.k
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:

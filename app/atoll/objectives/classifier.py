@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from atoll.objectives.data import ImageSet
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid,
                                            "tanh": nn.Tanh}
 CHANNELS = 10
+PARAMETERS = ("conv_layers", "activation", "lr", "gamma")
 OPTIONS: dict[str, Any] = {
     "dataset": "digits",  # digits, mnist, fashionmnist, cifar10
     "epochs": 10,
@@ -76,16 +78,17 @@ def build_model_from_params(params: Mapping[str, Any], input_shape: tuple[int, i
 # -- metrics over the whole set -------------------------------------------------------------
 
 def evaluate_whole_set(model: nn.Module, data: ImageSet, ctx: Any = None,
-                       batch_size: int = 512, device: Any = "cpu") -> tuple[float, float]:
+                       batch_size: int = 512) -> tuple[float, float]:
     """(mean NLL loss, accuracy) over all of ``data``, on every rank of ``ctx.comm``.
 
     Each rank evaluates the positions ``rank::size`` (disjoint, no padding duplicates); the
     float64 (loss sum, correct, count) of all ranks are then combined in rank order, so the
     result is bit-identical on every rank and equal (to rounding) to one process evaluating
     the whole set alone, which is what ``ctx=None`` does. Not a DDP collective: pass the plain
-    module (``ddp.module``).
+    module (``ddp.module``); batches go to the device of its parameters.
     """
     rank, size = (0, 1) if ctx is None else (ctx.rank, ctx.size)
+    device = next(model.parameters()).device
     shard = data.subset(datasets.shard_positions(len(data), rank, size))
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
@@ -110,9 +113,11 @@ def sum_over_worker(values: list[float], ctx: Any = None) -> list[float]:
     per-rank values are gathered and added in rank order, so decisions taken from them (early
     stopping) agree on every rank.
     """
+    mine = np.asarray(values, dtype=np.float64)
     if ctx is None or ctx.size == 1:
-        return [float(v) for v in values]
-    rows = np.asarray(ctx.comm.allgather(np.asarray(values, dtype=np.float64)))
+        return mine.tolist()
+    rows = np.empty((ctx.size, len(mine)), dtype=np.float64)
+    ctx.comm.Allgather(mine, rows)
     return [math.fsum(rows[:, j]) for j in range(rows.shape[1])]
 
 
@@ -143,8 +148,7 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
         train_sum, seen = _train_epoch(replica, loader, optimizer, device)
         scheduler.step()
         train_seconds = time.perf_counter() - started
-        val_loss, val_acc = evaluate_whole_set(model, validation, ctx, opts["eval_batch_size"],
-                                               device)
+        val_loss, val_acc = evaluate_whole_set(model, validation, ctx, opts["eval_batch_size"])
         train_sum, seen = sum_over_worker([train_sum, seen], ctx)
         if val_loss < best_loss:
             best_loss, best_state, stale = val_loss, _plain_state(model), 0
@@ -156,9 +160,29 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
                           samples_per_second=seen / train_seconds)
         if stop or stale >= opts["patience"]:
             break
-    if hasattr(ctx, "keep_weights"):
+    if hasattr(ctx, "keep_weights") and math.isfinite(best_loss):
         ctx.keep_weights(best_state, best_loss)
     return best_loss
+
+
+def preflight(options: Mapping[str, Any], data_dir: Path | str | None = None,
+              parameters: Collection[str] | None = None) -> None:
+    """The checks that need neither MPI nor training: options, data files, parameter names.
+
+    For a search to run once before its job begins, so that bad input stops it with one line
+    instead of failing every individual. Reachable as ``train.preflight``.
+    """
+    opts = read_options(options)
+    if opts["dataset"] != "digits":
+        datasets.check_files(opts["dataset"], datasets.require_root(opts["dataset"], data_dir))
+    if parameters is not None:
+        missing = [name for name in PARAMETERS if name not in parameters]
+        if missing:
+            raise ObjectiveError(f"space: the classifier needs the parameters "
+                                 f"{', '.join(PARAMETERS)}; missing {', '.join(missing)}")
+
+
+train.preflight = preflight  # type: ignore[attr-defined]
 
 
 def _train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimizer,
@@ -221,7 +245,7 @@ def read_options(options: Mapping[str, Any]) -> dict[str, Any]:
 def _param(params: Mapping[str, Any], name: str, kind: type) -> Any:
     if name not in params:
         raise ObjectiveError(f"parameter {name!r} missing: the classifier's search space needs "
-                             "conv_layers, activation, lr and gamma")
+                             f"{', '.join(PARAMETERS)}")
     try:
         return kind(params[name])
     except (TypeError, ValueError):

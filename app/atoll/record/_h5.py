@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,8 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
     try:
         f = h5py.File(path, mode, locking=None if lock else False)
     except OSError as exc:
+        if mode != "r" and exc.errno in CANNOT_WRITE:
+            raise write_error(path, exc) from exc
         if lock and "unable to lock file" in str(exc).lower():
             raise RecordError(f"{path}: locked by another process; is a job of this run still "
                               "running? Wait for it to end or stop it first") from exc
@@ -44,6 +48,19 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
         f.close()
         raise RecordError(f"{path}: damaged ({exc}); {hint}") from exc
     return f
+
+
+CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+"""errno values that mean "this place cannot be written", not "this file is damaged"."""
+
+
+def write_error(path: Path, exc: OSError) -> RecordError:
+    """One line for a file or directory that cannot be written (read-only, full, no access)."""
+    reason = os.strerror(exc.errno) if exc.errno else \
+        (str(exc).splitlines() or [type(exc).__name__])[0]
+    hint = "free some space or choose another directory" \
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "choose a writable directory"
+    return RecordError(f"{path}: cannot write ({reason}); {hint}")
 
 
 def check_version(f: h5py.File, path: Path, kind: str | None) -> int:

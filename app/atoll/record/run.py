@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from atoll.record._h5 import (
     open_h5,
     text,
     to_json,
+    write_error,
 )
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
@@ -77,21 +79,30 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
     check_new_run_dir(paths)
     check_param_names(space)
     run_dir = paths.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    made = not run_dir.exists()
     temp = paths.temp_for(paths.run_file)
-    # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
-    with h5py.File(temp, "w", libver=("v108", "latest")) as f:
-        f.attrs[KIND_ATTR] = RUN_KIND
-        f.attrs["schema_version"] = SCHEMA_VERSION
-        f.attrs["atoll_version"] = atoll.__version__
-        f.attrs["created"] = time.time()
-        f.attrs["config"] = config_text
-        f.attrs["config_json"] = to_json(dict(config_table))
-        f.attrs["space"] = to_json(space.to_dict())
-        f.attrs["budget"] = budget
-        create_table(f, "jobs", job_dtype())
-    os.replace(temp, paths.run_file)
-    paths.workers_dir.mkdir(exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
+        with h5py.File(temp, "w", libver=("v108", "latest")) as f:
+            f.attrs[KIND_ATTR] = RUN_KIND
+            f.attrs["schema_version"] = SCHEMA_VERSION
+            f.attrs["atoll_version"] = atoll.__version__
+            f.attrs["created"] = time.time()
+            f.attrs["config"] = config_text
+            f.attrs["config_json"] = to_json(dict(config_table))
+            f.attrs["space"] = to_json(space.to_dict())
+            f.attrs["budget"] = budget
+            create_table(f, "jobs", job_dtype())
+        os.replace(temp, paths.run_file)
+        paths.workers_dir.mkdir(exist_ok=True)
+    except OSError as exc:  # read-only, full, no permission: leave nothing behind
+        with contextlib.suppress(OSError):  # a read-only file system refuses even this
+            temp.unlink(missing_ok=True)
+        for made_dir in (paths.workers_dir, run_dir) if made else ():
+            with contextlib.suppress(OSError):
+                made_dir.rmdir()  # only if empty: never removes anything it did not make
+        raise write_error(run_dir, exc) from exc
 
 
 def check_new_run_dir(paths: RunPaths) -> None:
@@ -120,6 +131,9 @@ def _tolerated(entry: Path, paths: RunPaths) -> bool:
 def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     """Validate a run directory for a resume; read only."""
     run_dir = paths.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RecordError(f"{run_dir}: is a file, not a directory; give the directory of an "
+                          "Atoll run")
     if not run_dir.is_dir():
         raise RecordError(f"{run_dir}: no such directory; give the directory of an Atoll run")
     if not paths.run_file.exists():

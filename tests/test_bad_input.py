@@ -1,0 +1,602 @@
+"""Bad input as users meet it, and a rank lost to a hard kill.
+
+``CASES`` is the catalogue of bad input: each row says how the input is made, the command run on
+it, and the exact line Atoll prints (``atoll: error: ...``). Every row runs as a real subprocess
+(``python -m atoll``, or ``mpirun`` for rank layouts) and must end with exit code 2 (mpirun: a
+non-zero code), that one line on stderr and nothing else (mpirun: the line exactly once, no
+traceback), and the run directory exactly as it was: same files, same bytes, nothing new; a run
+directory that did not exist is not created.
+
+Placeholders in commands, TOML and messages: ``{tmp}`` (the test's tmp_path), ``{run_dir}``
+(``{tmp}/run`` unless the setup moves it), ``{config}`` (``{tmp}/config.toml``, written from the
+row's TOML), and any a setup adds. Rows marked xfail show what users should see but do not yet.
+
+Read-only and full run directories need a file system that refuses writes: as root (whom file
+permissions do not stop) a small tmpfs mounted read-only or filled up; as another user, chmod for
+read-only, and "full" is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+from atoll.record import open_run
+from atoll.restore import completed_count
+from conftest import ROOT, atoll_cmd, descendants, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
+
+SLOW_CONFIG = "tests/configs/slow_sphere.toml"
+SEARCH = ("search", "--config", "{config}", "--run-dir", "{run_dir}")
+SEARCH_SLOW = ("search", "--config", SLOW_CONFIG, "--run-dir", "{run_dir}",
+               "--set", "search.generations=4")  # the settings of the base run below
+RESUME = ("resume", "{run_dir}")
+INSPECT = ("inspect", "{run_dir}")
+AS_ROOT = os.geteuid() == 0
+
+
+# -- making the input ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Setup:
+    """What a setup function gets: where to work, a finished run to copy, and a cleanup stack."""
+
+    tmp: Path
+    run_dir: Path
+    base: Path  # a finished run of SEARCH_SLOW (4 evaluations, one worker)
+    stack: contextlib.ExitStack
+
+
+Placeholders = dict[str, str] | None
+
+
+def existing_run(s: Setup) -> Placeholders:
+    shutil.copytree(s.base, s.run_dir)
+    return None
+
+
+def a_file(s: Setup) -> Placeholders:
+    s.run_dir.write_text("not a directory\n")
+    return None
+
+
+def foreign_files(s: Setup) -> Placeholders:
+    s.run_dir.mkdir()
+    (s.run_dir / "notes.txt").write_text("precious\n")
+    (s.run_dir / "data.csv").write_text("a,b\n1,2\n")
+    return None
+
+
+def truncated_run_file(s: Setup) -> Placeholders:
+    existing_run(s)
+    path = s.run_dir / "run.h5"
+    data = path.read_bytes()
+    path.write_bytes(data[:4096])
+    return {"size": str(len(data))}
+
+
+def garbage_worker_file(s: Setup) -> Placeholders:
+    existing_run(s)
+    (s.run_dir / "workers" / "job000-worker00000.h5").write_bytes(b"not hdf5 at all\n")
+    return None
+
+
+def newer_schema(s: Setup) -> Placeholders:
+    existing_run(s)
+    with h5py.File(s.run_dir / "run.h5", "r+") as f:
+        f.attrs["schema_version"] = 99
+    return None
+
+
+def worker_of_another_space(s: Setup) -> Placeholders:
+    existing_run(s)
+    with h5py.File(s.run_dir / "workers" / "job000-worker00000.h5", "r+") as f:
+        space = json.loads(f.attrs["space"])
+        space["x1"]["high"] = 1.0
+        f.attrs["space"] = json.dumps(space)
+    return None
+
+
+def broken_module(s: Setup) -> Placeholders:
+    (s.tmp / "mods" / "broken_objective.py").write_text("RATE = 1 / 0\n")
+    return None
+
+
+def empty_dir(name: str) -> Callable[[Setup], Placeholders]:
+    def setup(s: Setup) -> Placeholders:
+        (s.tmp / name).mkdir()
+        return None
+
+    return setup
+
+
+def latin1_config(s: Setup) -> Placeholders:
+    (s.tmp / "latin1.toml").write_bytes("# caf\xe9\nseed = 1\n".encode("latin-1"))
+    return None
+
+
+def _mount_tmpfs(s: Setup, where: Path, options: str) -> None:
+    """Mount a tmpfs on ``where`` (root only) and unmount it when the test ends."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}), so no file system "
+                    "refuses root's writes")
+
+    def unmount() -> None:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+    s.stack.callback(unmount)
+
+
+def _read_only(s: Setup, where: Path) -> Placeholders:
+    """Make ``where`` (already filled) refuse writes; {why} is the reason the OS gives."""
+    if AS_ROOT:
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        return {"why": "Read-only file system"}
+    for path in [where, *where.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    s.stack.callback(lambda: [p.chmod(p.stat().st_mode | 0o200)
+                              for p in [where, *where.rglob("*")]])
+    return {"why": "Permission denied"}
+
+
+def read_only_empty_dir(s: Setup) -> Placeholders:
+    if AS_ROOT:
+        _mount_tmpfs(s, s.run_dir, "size=1m")
+    else:
+        s.run_dir.mkdir()
+    return _read_only(s, s.run_dir)
+
+
+def read_only_run(s: Setup) -> Placeholders:
+    if AS_ROOT:
+        _mount_tmpfs(s, s.run_dir, "size=1m")
+        shutil.copytree(s.base, s.run_dir, dirs_exist_ok=True)
+    else:
+        existing_run(s)
+    return _read_only(s, s.run_dir)
+
+
+def _full_disk(s: Setup, size: str, copy_run: bool) -> Placeholders:
+    """A tmpfs of ``size`` holding a filler file that leaves 4 KiB; the run in {tmp}/disk/run."""
+    if not AS_ROOT:
+        pytest.skip("a full file system needs root to mount a small tmpfs")
+    disk = s.tmp / "disk"
+    _mount_tmpfs(s, disk, f"size={size}")
+    run_dir = disk / "run"
+    if copy_run:
+        shutil.copytree(s.base, run_dir)
+    free = shutil.disk_usage(disk).free
+    with open(disk / "filler", "wb") as f:
+        f.truncate(0)
+        os.posix_fallocate(f.fileno(), 0, free - 4096)
+    return {"run_dir": str(run_dir)}
+
+
+def full_disk(s: Setup) -> Placeholders:
+    return _full_disk(s, "64k", copy_run=False)
+
+
+def full_disk_with_a_run(s: Setup) -> Placeholders:
+    return _full_disk(s, "1m", copy_run=True)
+
+
+# -- the catalogue ------------------------------------------------------------------------------
+
+SPACE = '\n[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
+MNIST = """
+[objective]
+name = "atoll.objectives.classifier:train"
+data_dir = "{tmp}/DATA"
+[objective.options]
+dataset = "mnist"
+epochs = 1
+[space.conv_layers]
+type = "int"
+low = 1
+high = 2
+[space.activation]
+type = "categorical"
+choices = ["relu", "tanh"]
+[space.lr]
+type = "float"
+low = 1e-3
+high = 1e-1
+log = true
+[space.gamma]
+type = "float"
+low = 0.5
+high = 0.9
+[search]
+generations = 1
+"""
+STAGE = "download it on a login node with torchvision.datasets.MNIST('{tmp}/{data}', " \
+    "download=True) (Atoll never downloads)"
+DATA_CHECKED_TOO_LATE = pytest.mark.xfail(
+    strict=True, reason="the classifier checks its data only inside an evaluation: the search "
+    "records failed individuals (traceback in the log), creates the run and exits 0; needs a "
+    "check before the job begins (search.py / objectives/, not done here)")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]  # after "atoll"
+    expected: str  # the whole stderr line
+    toml: str | None = None  # written to {config}
+    setup: Callable[[Setup], Placeholders] | None = None
+    ranks: int = 0  # 0: one plain process; n: under mpirun -n n
+    marks: tuple[Any, ...] = ()
+
+
+CASES = [
+    # TOML and keys
+    Case("toml_syntax_error", SEARCH,
+         "atoll: error: {config}: invalid TOML: Invalid value (at line 3, column 15)",
+         toml="seed = 1\n[search]\ngenerations = = 3\n"),
+    Case("unknown_top_level_key", SEARCH,
+         "atoll: error: sed: unknown key; did you mean 'seed'?", toml="sed = 1\n"),
+    Case("unknown_section", SEARCH,
+         "atoll: error: serch: unknown key; did you mean 'search'?",
+         toml="[serch]\ngenerations = 3\n"),
+    Case("unknown_key_in_section", SEARCH,
+         "atoll: error: search.islnds: unknown key; did you mean 'islands'?",
+         toml="[search]\nislnds = 2\n"),
+    Case("unknown_key_in_parameter", SEARCH,
+         "atoll: error: space.x.logg: unknown key for a float parameter; did you mean 'log'?",
+         toml=SPACE + "logg = true\n"),
+    Case("misspelt_required_key_of_parameter", SEARCH,
+         "atoll: error: space.x.hihg: unknown key for a float parameter; did you mean 'high'?",
+         toml='[space.x]\ntype = "float"\nlow = 0.0\nhihg = 1.0\n',
+         marks=(pytest.mark.xfail(strict=True, reason="space.py reports the missing key first: "
+                                  "'space.x: a float parameter needs high', no did-you-mean"),)),
+    Case("missing_parameter_key", SEARCH,
+         "atoll: error: space.x: a float parameter needs high",
+         toml='[space.x]\ntype = "float"\nlow = 0.0\n'),
+    Case("missing_parameter_type", SEARCH,
+         "atoll: error: space.x.type: missing; use one of 'float', 'int', 'categorical', "
+         "'ordinal'", toml="[space.x]\nlow = 0.0\nhigh = 1.0\n"),
+    Case("unknown_parameter_type", SEARCH,
+         "atoll: error: space.x.type: 'double' is not a parameter type; use one of 'float', "
+         "'int', 'categorical', 'ordinal'",
+         toml='[space.x]\ntype = "double"\nlow = 0.0\nhigh = 1.0\n'),
+    Case("bad_override", ("search", "--run-dir", "{run_dir}", "--set", "search.islands"),
+         "atoll: error: --set 'search.islands': expected KEY=VALUE, e.g. search.islands=2"),
+    # wrong types and values
+    Case("string_for_int", SEARCH,
+         "atoll: error: search.generations: expected an integer >= 1, got '10'",
+         toml='[search]\ngenerations = "10"\n'),
+    Case("float_for_int", SEARCH,
+         "atoll: error: search.generations: expected an integer >= 1, got 2.5",
+         toml="[search]\ngenerations = 2.5\n"),
+    Case("bool_for_number", SEARCH,
+         "atoll: error: evolution.crossover: expected a probability in [0, 1], got True",
+         toml="[evolution]\ncrossover = true\n"),
+    Case("string_for_bound", SEARCH,
+         "atoll: error: space.x.low: expected a number, got 'a'",
+         toml='[space.x]\ntype = "float"\nlow = "a"\nhigh = 1.0\n'),
+    Case("float_for_int_bound", SEARCH,
+         "atoll: error: space.n.low: expected an integer, got 1.5",
+         toml='[space.n]\ntype = "int"\nlow = 1.5\nhigh = 3\n'),
+    Case("probability_above_1", SEARCH,
+         "atoll: error: migration.probability: expected a probability in [0, 1], got 1.5",
+         toml="[migration]\nprobability = 1.5\n"),
+    Case("misspelt_choice", SEARCH,
+         "atoll: error: evolution.selection: expected one of 'best', 'uniform', 'tournament', "
+         "got 'tournamnt'; did you mean 'tournament'?",
+         toml='[evolution]\nselection = "tournamnt"\n'),
+    # ranges
+    Case("reversed_float_range", SEARCH,
+         "atoll: error: space.x: low=2.0 is above high=1.0; swap the bounds",
+         toml='[space.x]\ntype = "float"\nlow = 2.0\nhigh = 1.0\n'),
+    Case("reversed_int_range", SEARCH,
+         "atoll: error: space.n: low=5 is above high=1; swap the bounds",
+         toml='[space.n]\ntype = "int"\nlow = 5\nhigh = 1\n'),
+    Case("empty_choices", SEARCH,
+         "atoll: error: space.c.choices: is empty; give at least one value",
+         toml='[space.c]\ntype = "categorical"\nchoices = []\n'),
+    Case("empty_ordinal_values", SEARCH,
+         "atoll: error: space.o.values: is empty; give at least one value",
+         toml='[space.o]\ntype = "ordinal"\nvalues = []\n'),
+    Case("log_scale_low_zero", SEARCH,
+         "atoll: error: space.lr: log scale needs low > 0, got low=0.0; use a positive lower "
+         "bound or log = false",
+         toml='[space.lr]\ntype = "float"\nlow = 0.0\nhigh = 1.0\nlog = true\n'),
+    Case("log_scale_low_negative", SEARCH,
+         "atoll: error: space.lr: log scale needs low > 0, got low=-1.0; use a positive lower "
+         "bound or log = false",
+         toml='[space.lr]\ntype = "float"\nlow = -1.0\nhigh = 1.0\nlog = true\n'),
+    # the objective
+    Case("objective_module_not_found", SEARCH,
+         "atoll: error: objective.name: cannot import module 'no_such_pkg.mod' (No module named "
+         "'no_such_pkg'); check the name and that it is on PYTHONPATH",
+         toml='[objective]\nname = "no_such_pkg.mod:f"' + SPACE),
+    Case("objective_module_fails_to_import", SEARCH,
+         "atoll: error: objective.name: importing 'broken_objective' failed with "
+         "ZeroDivisionError: division by zero",
+         toml='[objective]\nname = "broken_objective:f"' + SPACE, setup=broken_module),
+    Case("objective_attribute_missing", SEARCH,
+         "atoll: error: objective.name: module 'objectives' has no attribute 'nope'",
+         toml='[objective]\nname = "objectives:nope"' + SPACE),
+    Case("objective_not_callable", SEARCH,
+         "atoll: error: objective.name: 'objectives:BENCHMARKS' is a dict, not a function; name "
+         "a callable objective(params, ctx)",
+         toml='[objective]\nname = "objectives:BENCHMARKS"' + SPACE),
+    Case("misspelt_builtin", SEARCH,
+         "atoll: error: objective.name: 'sphre' is neither a built-in (ackley, griewank, "
+         "rastrigin, rosenbrock, schwefel, sphere, step) nor 'package.module:function'; did you "
+         "mean 'sphere'?", toml='[objective]\nname = "sphre"\n'),
+    Case("dimensions_for_own_objective", SEARCH,
+         "atoll: error: objective.dimensions: only a built-in benchmark takes dimensions, got 3 "
+         "for 'objectives:slow_sphere'; describe its [space] instead",
+         toml='[objective]\nname = "objectives:slow_sphere"\ndimensions = 3' + SPACE),
+    Case("mnist_data_dir_missing", SEARCH,
+         "atoll: error: mnist: data directory {tmp}/no-mnist does not exist; "
+         + STAGE.replace("{data}", "no-mnist"),
+         toml=MNIST.replace("DATA", "no-mnist"), marks=(DATA_CHECKED_TOO_LATE,)),
+    Case("mnist_data_dir_empty", SEARCH,
+         "atoll: error: mnist: missing {tmp}/empty-mnist/MNIST/raw/train-images-idx3-ubyte; "
+         + STAGE.replace("{data}", "empty-mnist"),
+         toml=MNIST.replace("DATA", "empty-mnist"), setup=empty_dir("empty-mnist"),
+         marks=(DATA_CHECKED_TOO_LATE,)),
+    # config files
+    Case("config_file_missing", ("search", "--config", "{tmp}/missing.toml", "--run-dir",
+                                 "{run_dir}"),
+         "atoll: error: {tmp}/missing.toml: no such config file"),
+    Case("config_is_a_directory", ("search", "--config", "{tmp}", "--run-dir", "{run_dir}"),
+         "atoll: error: {tmp}: is a directory, not a config file"),
+    Case("config_not_utf8", ("search", "--config", "{tmp}/latin1.toml", "--run-dir",
+                             "{run_dir}"),
+         "atoll: error: {tmp}/latin1.toml: not UTF-8 text (invalid continuation byte at byte 5)",
+         setup=latin1_config),
+    # rank layouts (under mpirun: every rank stops, rank 0 prints the line)
+    Case("ranks_not_divisible_on_resume", RESUME + ("--set", "search.ranks_per_worker=2"),
+         "atoll: error: 3 MPI ranks cannot form workers of ranks_per_worker=2: start a multiple "
+         "of 2 ranks or change search.ranks_per_worker", setup=existing_run, ranks=3),
+    Case("more_islands_than_workers", SEARCH_SLOW + ("--set", "search.islands=5"),
+         "atoll: error: search.islands=5 is more than the 4 worker(s) of this job (4 ranks / 1 "
+         "per worker): lower search.islands to at most 4 or start more ranks", ranks=4),
+    # run directories
+    Case("run_dir_is_a_file", SEARCH_SLOW,
+         "atoll: error: {run_dir}: is a file, not a directory; choose an empty or new directory "
+         "for the run", setup=a_file),
+    Case("run_dir_holds_foreign_files", SEARCH_SLOW,
+         "atoll: error: {run_dir}: not empty and not an Atoll run (it holds data.csv, notes.txt); "
+         "choose an empty or new directory", setup=foreign_files),
+    Case("search_with_another_space", SEARCH_SLOW + ("--set", "space.x1.high=2.0"),
+         "atoll: error: {run_dir}: the search space differs from the run's: space.x1.high is "
+         "5.12 in the run, 2.0 in the given space; resume with the run's space or start a new run "
+         "directory", setup=existing_run),
+    Case("search_with_other_settings", ("search", "--config", SLOW_CONFIG, "--run-dir",
+                                        "{run_dir}", "--set", "search.generations=6"),
+         "atoll: error: {run_dir}: holds a run with search.generations = 4, not 6; continue it "
+         "with 'atoll resume {run_dir}' or use a new run directory", setup=existing_run),
+    Case("resume_of_a_foreign_dir", RESUME,
+         "atoll: error: {run_dir}: not an Atoll run (no run.h5 in it); give the directory of an "
+         "Atoll run, or use 'atoll search' to start a new one", setup=foreign_files),
+    Case("resume_of_a_missing_dir", RESUME,
+         "atoll: error: {run_dir}: no such directory; give the directory of an Atoll run"),
+    Case("resume_of_a_file", RESUME,
+         "atoll: error: {run_dir}: is a file, not a directory; give the directory of an Atoll "
+         "run", setup=a_file),
+    Case("resume_with_a_disallowed_set", RESUME + ("--set", "evolution.mutation=0.9"),
+         "atoll: error: --set 'evolution.mutation=0.9': a resume may change only "
+         "search.ranks_per_worker, search.islands, search.wall_time, record.flush_interval; "
+         "start a new run to change evolution.mutation", setup=existing_run),
+    Case("inspect_of_a_foreign_dir", INSPECT,
+         "atoll: error: {run_dir}: not an Atoll run (no run.h5, worker files or results.h5)",
+         setup=foreign_files),
+    # damaged, newer and mismatched files
+    Case("truncated_run_file", RESUME,
+         "atoll: error: {run_dir}/run.h5: damaged or not an HDF5 file (Unable to synchronously "
+         "open file (truncated file: eof = 4096, sblock->base_addr = 0, stored_eof = {size})); "
+         "restore it from a backup, or start a new run directory", setup=truncated_run_file),
+    Case("truncated_run_file_inspect", INSPECT,
+         "atoll: error: {run_dir}/run.h5: damaged or not an HDF5 file (Unable to synchronously "
+         "open file (truncated file: eof = 4096, sblock->base_addr = 0, stored_eof = {size})); "
+         "restore it from a backup", setup=truncated_run_file),
+    Case("garbage_worker_file", RESUME,
+         "atoll: error: {run_dir}/workers/job000-worker00000.h5: damaged or not an HDF5 file "
+         "(Unable to synchronously open file (file signature not found)); move it out of "
+         "{run_dir}/workers to resume without its rows", setup=garbage_worker_file),
+    Case("newer_schema", RESUME,
+         "atoll: error: {run_dir}/run.h5: written with record schema version 99, but this atoll "
+         "reads up to version 1; upgrade atoll to read or resume this run", setup=newer_schema),
+    Case("newer_schema_search", SEARCH_SLOW,
+         "atoll: error: {run_dir}/run.h5: written with record schema version 99, but this atoll "
+         "reads up to version 1; upgrade atoll to read or resume this run", setup=newer_schema),
+    Case("worker_file_of_another_space", RESUME,
+         "atoll: error: {run_dir}/workers/job000-worker00000.h5: its search space differs from "
+         "run.h5's: space.x1.high is 1.0 in the worker file, 5.12 in run.h5; move it out of "
+         "{run_dir}/workers to resume without its rows", setup=worker_of_another_space),
+    # file systems that refuse writes
+    Case("read_only_new_run_dir", SEARCH_SLOW,
+         "atoll: error: {run_dir}: cannot write ({why}); choose a writable directory",
+         setup=read_only_empty_dir),
+    Case("read_only_run_resume", RESUME,
+         "atoll: error: {run_dir}/run.h5: cannot write ({why}); choose a writable directory",
+         setup=read_only_run),
+    Case("full_disk_new_run", SEARCH_SLOW,
+         "atoll: error: {run_dir}: cannot write (No space left on device); free some space or "
+         "choose another directory", setup=full_disk),
+    Case("full_disk_resume", RESUME,
+         "atoll: error: {run_dir}/workers: cannot write (No space left on device); free some "
+         "space or choose another directory", setup=full_disk_with_a_run,
+         marks=(pytest.mark.xfail(strict=True, reason="the line is right, but the job's row is "
+                                  "added to run.h5 before the worker files fail (search._begin "
+                                  "writes run.h5 first), so run.h5 changes"),)),
+]
+
+
+# -- running a row ------------------------------------------------------------------------------
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """Put the placeholders in (str.replace: TOML and messages hold other braces)."""
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def snapshot(path: Path) -> dict[str, str] | None:
+    """Every file (sha256) and directory under ``path``; None if it does not exist."""
+    if not os.path.lexists(path):
+        return None
+    if not path.is_dir():
+        return {".": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {str(p.relative_to(path)): "dir" if p.is_dir() else
+            hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("base") / "run"
+    done = run(atoll_cmd(*(fill(a, {"run_dir": str(base)}) for a in SEARCH_SLOW)), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return base
+
+
+@contextlib.contextmanager
+def prepared(case: Case, tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    """The row's input in place; yields (command, expected line, run directory)."""
+    (tmp / "mods").mkdir()
+    values = {"tmp": str(tmp), "run_dir": str(tmp / "run"), "config": str(tmp / "config.toml")}
+    with contextlib.ExitStack() as stack:
+        if case.setup is not None:
+            values.update(case.setup(Setup(tmp, Path(values["run_dir"]), base, stack)) or {})
+        if case.toml is not None:
+            Path(values["config"]).write_text(fill(case.toml, values))
+        args = [fill(a, values) for a in case.argv]
+        cmd = mpirun_cmd(case.ranks, "-m", "atoll", *args) if case.ranks else atoll_cmd(*args)
+        yield cmd, fill(case.expected, values), Path(values["run_dir"])
+
+
+def env_for(tmp: Path) -> dict[str, str]:
+    return mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(tmp / "mods")]))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: Path,
+                                                          base_run: Path) -> None:
+    with prepared(case, tmp_path, base_run) as (cmd, expected, run_dir):
+        before = snapshot(run_dir)
+        done = run(cmd, timeout=120, env=env_for(tmp_path))
+        after = snapshot(run_dir)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    if case.ranks:
+        assert done.returncode != 0
+        assert done.stderr.splitlines().count(expected) == 1, done.stderr
+    else:
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == expected + "\n"
+        assert done.stdout == ""
+    assert after == before  # same files, same bytes, nothing new (or still nothing at all)
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, base_run: Path) -> None:
+    case = next(c for c in CASES if c.id == "newer_schema")
+    with prepared(case, tmp_path, base_run) as (cmd, expected, _):
+        done = run([*cmd, "--debug"], timeout=120, env=env_for(tmp_path))
+    assert done.returncode == 1
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].endswith(
+        ": " + expected.removeprefix("atoll: error: ")), done.stderr[-2000:]
+
+
+def test_the_catalogue_covers_the_issue() -> None:
+    assert len(CASES) >= 25
+    assert len({c.id for c in CASES}) == len(CASES)
+    assert {c.argv[0] for c in CASES} == {"search", "resume", "inspect"}
+    assert all(c.expected.startswith("atoll: error: ") and "\n" not in c.expected for c in CASES)
+
+
+# -- a rank lost to a hard kill -----------------------------------------------------------------
+
+def rank_pids(launcher: int) -> dict[int, int]:
+    """World rank -> pid of the launcher's rank processes (from their environment)."""
+    found = {}
+    for pid in descendants(launcher):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                found[int(item.split(b"=", 1)[1])] = pid
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_rank_ends_the_job_with_a_message_and_resume_completes_it(tmp_path: Path
+                                                                          ) -> None:
+    run_dir = tmp_path / "lost"
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    cmd = mpirun_cmd(4, "-m", "atoll", "search", "--config", SLOW_CONFIG, "--run-dir",
+                     str(run_dir), "--set", "search.generations=150",
+                     "--set", "record.flush_interval=0.2")
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), start_new_session=True,
+                                stdout=stdout, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(run_dir.glob("workers/*.h5"))) < 4 and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(run_dir.glob("workers/*.h5"))) == 4, err.read_text()[-2000:]
+        time.sleep(1)
+        while not completed_count(open_run(run_dir).individuals) and \
+                time.monotonic() < deadline:  # something flushed, so the resume has a start
+            time.sleep(0.1)
+        ranks = rank_pids(proc.pid)
+        assert sorted(ranks) == [0, 1, 2, 3], ranks
+        os.kill(ranks[2], signal.SIGKILL)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"mpirun still runs 60 s after rank 2 was killed:\n{err.read_text()}")
+    finally:
+        kill_tree(proc)
+    assert code != 0
+    gone = time.monotonic() + 10
+    while any(alive(p) for p in ranks.values()) and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in ranks.values()), "a rank outlived mpirun"
+    message = " ".join(err.read_text().split())  # Open MPI wraps its box at 72 columns
+    found = re.search(r"process rank 2 with PID (\d+) on node (\S+) exited on signal 9 "
+                      r"\(Killed\)", message)
+    assert found, message[-3000:]
+    assert int(found[1]) == ranks[2]
+    assert found[2] in {socket.gethostname(), socket.gethostname().split(".")[0]}
+    first = completed_count(open_run(run_dir).individuals)
+    assert 0 < first < 600
+
+    done = mpirun_atoll(4, "resume", str(run_dir), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = open_run(run_dir)
+    assert completed_count(record.individuals) == 600
+    assert len(np.unique(record.individuals["id"])) == len(record.individuals)
+    assert len(record.jobs) == 2
