@@ -28,7 +28,8 @@ def train_mlp(params: Mapping[str, Any], ctx: Any) -> float:
     order = np.random.default_rng(0).permutation(len(y))  # the same split on every rank
     val, tr = order[:360], order[360:]
 
-    torch.manual_seed(int(ctx.rng.integers(2**31 - 1)))  # same initial weights on every rank
+    seed = int(ctx.rng.integers(2**31 - 1))  # the same on every rank: ctx.rng is per individual
+    torch.manual_seed(seed)  # so every rank starts from the same weights
     hidden = int(params["hidden"])
     model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
     ddp = DDP(model, process_group=ctx.process_group) if ctx.size > 1 else model
@@ -36,9 +37,9 @@ def train_mlp(params: Mapping[str, Any], ctx: Any) -> float:
 
     # Disjoint, equally long shards (DDP needs the same number of steps on every rank).
     per_rank = len(tr) // ctx.size
-    best = float("inf")
+    best, best_state = float("inf"), {}
     for epoch in range(int(ctx.options.get("epochs", 5))):
-        perm = np.random.default_rng([epoch, 1]).permutation(tr)  # same on every rank
+        perm = np.random.default_rng([seed, epoch]).permutation(tr)  # same on every rank
         mine = perm[ctx.rank * per_rank:(ctx.rank + 1) * per_rank]
         ddp.train()
         for start in range(0, len(mine), 32):
@@ -55,7 +56,10 @@ def train_mlp(params: Mapping[str, Any], ctx: Any) -> float:
                              (out.argmax(1).cpu() == y[shard]).sum().item(), len(shard)])
         total = np.sum(ctx.comm.allgather(sums), axis=0)  # added in rank order: same everywhere
         val_loss, accuracy = total[0] / total[2], total[1] / total[2]
-        best = min(best, val_loss)
+        if val_loss < best:  # the same decision on every rank
+            best = val_loss
+            best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         if ctx.report(epoch, val_loss=val_loss, val_accuracy=accuracy):
             break
+    ctx.keep_weights(best_state, best)  # stored (HDF5) if among the run's best
     return best

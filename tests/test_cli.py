@@ -40,8 +40,9 @@ def test_benchmark_search_never_imports_torch(tmp_path):
 
 def test_inspect_reads_files_without_mpi(tmp_path):
     run_dir = tmp_path / "r"
-    assert run(atoll_cmd("search", "--run-dir", str(run_dir), "--set",
-                         "search.generations=4", "--set", "search.islands=1")).returncode == 0
+    assert run(atoll_cmd("search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(run_dir), "--set", "search.generations=4", "--set",
+                         "search.islands=1")).returncode == 0
     done = run(atoll_cmd("inspect", str(run_dir)))
     assert done.returncode == 0 and "Evaluations: 4 (ok 4" in done.stdout
     assert "mpi4py" not in imported_modules("inspect", str(run_dir))

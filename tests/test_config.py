@@ -207,13 +207,19 @@ def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     assert "line 3" in message and "\n" not in message
 
 
-def test_embedded_default_loads() -> None:
+def test_embedded_default_is_the_digits_classifier_on_2_rank_workers() -> None:
     config = load_config(None)
-    assert config.seed == 42
-    assert config.objective.name == "rastrigin" and config.objective.dimensions == 4
-    assert config.space.names == ("x0", "x1", "x2", "x3")
-    assert config.search.generations == 60 and config.search.islands == 2
-    assert config.migration.probability == 0.2
+    assert config.objective.name == "atoll.objectives.classifier:train"
+    assert config.objective.options["dataset"] == "digits"
+    assert config.space.names == ("conv_layers", "activation", "lr", "gamma")
+    assert config.search.ranks_per_worker == 2 and config.search.islands == 2
+
+
+RASTRIGIN = 'seed = 42\n[objective]\nname = "rastrigin"\ndimensions = 4\n'
+
+
+def rastrigin(tmp_path: Path) -> Path:
+    return write(tmp_path, RASTRIGIN)
 
 
 def test_embedded_default_matches_the_package_file() -> None:
@@ -246,8 +252,9 @@ def test_override_types(tmp_path: Path) -> None:
     assert config.objective.options["table"] == {"a": 1}
 
 
-def test_override_string_fallback() -> None:
-    config = load_config(None, ["objective.name=sphere", "objective.data_dir=/data/mnist",
+def test_override_string_fallback(tmp_path: Path) -> None:
+    config = load_config(rastrigin(tmp_path), [
+        "objective.name=sphere", "objective.data_dir=/data/mnist",
                                 "objective.options.msg=hello world", "objective.options.e="])
     assert config.objective.name == "sphere"
     assert config.objective.data_dir == "/data/mnist"
@@ -267,8 +274,8 @@ def test_override_creates_tables(tmp_path: Path) -> None:
     assert config.evolution.mutation == 0.5 and config.record.flush_interval == 2.0
 
 
-def test_override_edits_a_builtin_generated_space() -> None:
-    config = load_config(None, ["space.x0.high=3"])
+def test_override_edits_a_builtin_generated_space(tmp_path: Path) -> None:
+    config = load_config(rastrigin(tmp_path), ["space.x0.high=3"])
     assert config.space["x0"] == FloatParam("x0", -5.12, 3.0)
     assert config.space.names == ("x0", "x1", "x2", "x3")
     assert config.objective.dimensions == 4
@@ -301,7 +308,7 @@ def test_override_errors_look_like_file_errors() -> None:
 
 
 def test_override_into_a_scalar() -> None:
-    with pytest.raises(ConfigError, match="^seed.x: cannot set a key inside seed, which is 42"):
+    with pytest.raises(ConfigError, match="^seed.x: cannot set a key inside seed, which is 7"):
         load_config(None, ["seed.x=1"])
 
 
@@ -420,8 +427,8 @@ def test_round_trip_of_a_full_config(tmp_path: Path) -> None:
     assert isinstance(data["objective"]["options"]["x"]["a"], list)
 
 
-def test_round_trip_of_a_builtin_writes_the_space_out() -> None:
-    config = load_config(None)
+def test_round_trip_of_a_builtin_writes_the_space_out(tmp_path: Path) -> None:
+    config = load_config(rastrigin(tmp_path))
     data = config_to_dict(config)
     assert "dimensions" not in data["objective"]
     assert list(data["space"]) == ["x0", "x1", "x2", "x3"]

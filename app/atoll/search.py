@@ -172,6 +172,7 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
     layout = _on_all(comm, lambda: plan_layout(
         comm.Get_size(), config.search.ranks_per_worker, config.search.islands))
     objective = _on_all(comm, lambda: load_objective(config.objective.name))
+    _on_root(comm, lambda: _preflight(objective, config))
     job = JobPlan.from_plain(_on_root(
         comm, lambda: _begin(paths, draft, layout, hosts, t0).to_plain()))
     topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
@@ -287,6 +288,15 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
             ind.status, ind.error = Status.INTERRUPTED, "stopped early: the job was asked to stop"
 
     return evaluator
+
+
+def _preflight(objective: Objective, config: Config) -> None:
+    """An objective may check its options and data once before the job begins, through a
+    ``preflight(options, data_dir, parameter_names)`` attribute, so that bad input stops the
+    job with one line instead of failing every individual."""
+    check = getattr(objective, "preflight", None)
+    if check is not None:
+        check(config.objective.options, config.objective.data_dir or None, config.space.names)
 
 
 def _agree_on_failure(comm: MPI.Comm, ind: Individual) -> None:

@@ -304,14 +304,15 @@ def _check_keys(spec: Mapping[str, Any], kind: str, key: str) -> None:
     required, optional = _KEYS[kind]
     given = set(spec) - {"type"}
     article = "an" if kind[0] in "aeiou" else "a"
-    if missing := sorted(required - given):
-        raise ConfigError(f"{key}: {article} {kind} parameter needs {', '.join(missing)}")
+    # Unknown keys first: a typo of a required key ("hihg") then gets its did-you-mean.
     if unknown := sorted(given - required - optional, key=str):
         allowed = sorted(required | optional | {"type"})
         close = difflib.get_close_matches(str(unknown[0]), allowed, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
         raise ConfigError(f"{key_path(key, str(unknown[0]))}: unknown key for {article} {kind} "
                           f"parameter; {hint}")
+    if missing := sorted(required - given):
+        raise ConfigError(f"{key}: {article} {kind} parameter needs {', '.join(missing)}")
 
 
 def _number(value: Any, key: str) -> float:
