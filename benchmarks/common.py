@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import subprocess
 import tempfile
 import time
@@ -120,10 +119,6 @@ def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
         raise RuntimeError(f"{side} at {ranks} ranks failed (exit {code}); log "
                            f"{workdir / 'log.txt'}:\n{tail}")
     return Launch(json.loads(out.read_text()), popen_time, workdir)
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 # --- rows of the table -------------------------------------------------------------------------

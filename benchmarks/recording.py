@@ -87,10 +87,11 @@ def _empty_size(folder: Path) -> int:
 
 def _synthetic_run(folder: Path, individuals: list[Any]) -> Path:
     """A real run directory (one evaluation, via the API), then 100k individuals in its log."""
+    from atoll_side import config_table
+
     from atoll.api import search
     from atoll.config import parse_config
     from atoll.record import RunPaths, WorkerLog
-    from atoll_side import config_table
 
     run_dir = folder / "run"
     config = parse_config(config_table({

@@ -70,8 +70,8 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         rows.append(Row(f"overhead per evaluation, {where} (best of {REPEATS})",
                         f"{a * 1e3:.3f} ms", f"{p * 1e3:.3f} ms", f"{a / p:.3f}",
                         f"<= {TARGET_MS} ms and <= 0.1 x Propulate", ok))
-        rows.append(Row(f"throughput, {where} (best of {REPEATS})", f"{rate_a:.0f} /s", f"{rate_p:.0f} /s",
-                        f"{rate_a / rate_p:.2f}"))
+        rows.append(Row(f"throughput, {where} (best of {REPEATS})", f"{rate_a:.0f} /s",
+                        f"{rate_p:.0f} /s", f"{rate_a / rate_p:.2f}"))
         log(f"  {where}: overhead Atoll {[round(overhead(r) * 1e3, 3) for r in got['atoll']]}"
             f" ms, Propulate {[round(overhead(r) * 1e3, 3) for r in got['propulate']]} ms")
         notes.append(f"overhead {where}: Atoll runs "

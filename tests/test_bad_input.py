@@ -426,17 +426,14 @@ CASES = [
          "atoll: error: {run_dir}: cannot write ({why}); choose a writable directory",
          setup=read_only_empty_dir),
     Case("read_only_run_resume", RESUME,
-         "atoll: error: {run_dir}/run.h5: cannot write ({why}); choose a writable directory",
+         "atoll: error: {run_dir}/workers: cannot write ({why}); choose a writable directory",
          setup=read_only_run),
     Case("full_disk_new_run", SEARCH_SLOW,
          "atoll: error: {run_dir}: cannot write (No space left on device); free some space or "
          "choose another directory", setup=full_disk),
     Case("full_disk_resume", RESUME,
          "atoll: error: {run_dir}/workers: cannot write (No space left on device); free some "
-         "space or choose another directory", setup=full_disk_with_a_run,
-         marks=(pytest.mark.xfail(strict=True, reason="the line is right, but the job's row is "
-                                  "added to run.h5 before the worker files fail (search._begin "
-                                  "writes run.h5 first), so run.h5 changes"),)),
+         "space or choose another directory", setup=full_disk_with_a_run),
 ]
 
 

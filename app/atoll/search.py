@@ -150,6 +150,7 @@ def _begin(paths: record.RunPaths, plan: JobPlan, layout: Layout, hosts: list[st
     """The first write of a job: create the run if new, count earlier work, add this job."""
     done, next_id = 0, 0
     if plan.resumed:
+        record.check_room(paths, layout.workers)
         individuals = record.read_completed(paths.run_dir)
         done = completed_count(individuals)
         next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0

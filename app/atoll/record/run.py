@@ -214,6 +214,27 @@ def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_where: 
     return None
 
 
+def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> None:
+    """Before a job adds anything, prove its worker files fit: write and remove a probe.
+
+    Otherwise a full or read-only disk would be found only after ``run.h5`` got a new job row.
+    """
+    probe = paths.workers_dir / ".room-probe.tmp"
+    try:
+        with open(probe, "wb") as f:
+            f.truncate(0)
+            chunk = b"\0" * per_worker
+            for _ in range(workers):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise write_error(paths.workers_dir, exc) from None
+    finally:
+        if probe.exists():
+            probe.unlink()
+
+
 def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
               versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
