@@ -21,6 +21,12 @@ PER_WORKER = 100
 SEEDS = (1, 2, 3, 4, 5)
 
 
+def better(a: list[float], b: list[float]) -> float:
+    """How often a run of ``a`` beats a run of ``b`` (ties count half): 0.5 = no difference."""
+    wins = sum((x < y) + 0.5 * (x == y) for x in a for y in b)
+    return wins / (len(a) * len(b))
+
+
 def run(log: Any = print) -> tuple[list[Row], list[str]]:
     tasks = [task(0.0, PER_WORKER, seed, ranks=RANKS, islands=ISLANDS, function=f)
              for f in FUNCTIONS for seed in SEEDS]
@@ -44,5 +50,6 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
             f"Propulate {[f'{v:.3g}' for v in sides['propulate']]}")
         notes.append(f"{f} best losses by seed {list(SEEDS)}: Atoll "
                      f"{', '.join(f'{v:.3g}' for v in sides['atoll'])}; Propulate "
-                     f"{', '.join(f'{v:.3g}' for v in sides['propulate'])}")
+                     f"{', '.join(f'{v:.3g}' for v in sides['propulate'])}; P(Atoll run better "
+                     f"than Propulate run) = {better(sides['atoll'], sides['propulate']):.2f}")
     return rows, notes

@@ -86,7 +86,11 @@ Repeated measurements report the best of N runs (lowest overhead, startup and re
 highest throughput and utilisation), the two sides interleaved run by run: other processes on
 a shared machine only ever add time, so the best run is the closest to the intrinsic cost, and
 both sides get the same treatment. Every run is listed under "Individual runs". Quality is the
-median over the 5 seeds.
+median over the 5 seeds; with 5 seeds and asynchronous (not reproducible) runs the verdict of a
+function can flip from one `make bench` to the next: the runs are listed with P(an Atoll run
+beats a Propulate run), where 0.5 means no difference. While this benchmark was written, 25
+seeds per side gave P = 0.56 (sphere), 0.50 (rosenbrock), 0.37 (griewank), 0.42 (schwefel):
+no significant difference.
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides
@@ -104,7 +108,8 @@ def write_results(path: Path, rows: list[Row], notes: list[str], info: dict[str,
         "# Atoll vs Propulate 1.2.2: benchmark results",
         "",
         f"- date: {started:%Y-%m-%d %H:%M} (local time), took {seconds / 60:.1f} min",
-        f"- command: `{command}`",
+        f"- command: `{command}` (from the repository root; `make bench` runs "
+        "`.venv/bin/python benchmarks/run.py` after its install step)",
         *(f"- {k}: {v}" for k, v in info.items()),
         f"- load average before / after: {loads[0]} / {loads[1]} (the machine may be shared)",
         "",
@@ -158,8 +163,6 @@ def main() -> None:
     print()
     print(table(rows))
     command = " ".join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]])
-    if not sys.argv[1:]:
-        command = f"make bench ({command})"
     write_results(args.output, rows, notes, common.machine(), command, started, seconds,
                   (load_before, _load()))
     print(f"\nwritten {args.output} ({seconds / 60:.1f} min)")

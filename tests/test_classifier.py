@@ -25,7 +25,8 @@ classifier = pytest.importorskip("atoll.objectives.classifier")
 data = pytest.importorskip("atoll.objectives.data")
 weights = pytest.importorskip("atoll.weights")
 
-METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds", "samples_per_second")
+METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds", "samples_per_second",
+           "setup_seconds")
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
 

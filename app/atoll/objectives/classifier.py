@@ -125,6 +125,7 @@ def sum_over_worker(values: list[float], ctx: Any = None) -> list[float]:
 
 def train(params: Mapping[str, Any], ctx: Any) -> float:
     """Train one individual on every rank of its worker; returns the best validation loss."""
+    entered = time.perf_counter()
     opts = read_options(ctx.options)
     device = ctx.device  # first use makes the worker's process group (once per worker)
     full = datasets.load_for_worker(opts["dataset"], ctx.data_dir, "train", ctx.comm,
@@ -141,6 +142,7 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
     loader, sampler = datasets.train_loader(training, opts["batch_size"], ctx.rank, ctx.size,
                                             seed, opts["num_workers"])
     best_loss, best_state, stale = math.inf, _plain_state(model), 0
+    setup_seconds = time.perf_counter() - entered  # parameters in hand -> first training step
     for epoch in range(opts["epochs"]):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
@@ -157,7 +159,7 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
         stop = ctx.report(epoch, train_loss=train_sum / seen, val_loss=val_loss,
                           val_accuracy=val_acc, lr=lr,
                           epoch_seconds=time.perf_counter() - started,
-                          samples_per_second=seen / train_seconds)
+                          samples_per_second=seen / train_seconds, setup_seconds=setup_seconds)
         if stop or stale >= opts["patience"]:
             break
     if hasattr(ctx, "keep_weights") and math.isfinite(best_loss):
