@@ -52,18 +52,12 @@ class Codec:
         self.dtype = np.dtype(fields)
 
     def encode(self, ind: Individual) -> np.ndarray:
-        rec = np.zeros(1, dtype=self.dtype)
-        r = rec[0]
-        r["id"], r["island"], r["worker"], r["generation"] = (
-            ind.id, ind.island, ind.worker, ind.generation)
-        r["owner"], r["version"] = ind.owner, ind.version
-        r["parent_a"], r["parent_b"] = ind.parents
-        r["origin"], r["status"], r["loss"] = int(ind.origin), int(ind.status), ind.loss
-        r["born"], r["started"], r["finished"] = ind.born, ind.started, ind.finished
-        for p in self.space.params:
-            value = ind.params[p.name]
-            r["p_" + p.name] = p.index(value) if isinstance(p, CategoricalParam) else value
-        return rec
+        genes = tuple(p.index(ind.params[p.name]) if isinstance(p, CategoricalParam)
+                      else ind.params[p.name] for p in self.space.params)
+        return np.array([(ind.id, ind.island, ind.worker, ind.generation, ind.owner,
+                          ind.version, ind.parents[0], ind.parents[1], int(ind.origin),
+                          int(ind.status), ind.loss, ind.born, ind.started, ind.finished,
+                          *genes)], dtype=self.dtype)
 
     def decode(self, rec: np.ndarray) -> Individual:
         r = rec[0]

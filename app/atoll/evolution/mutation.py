@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from atoll.evolution.base import OneToOne, check_arity, check_count, check_probability
+from atoll.evolution.base import (
+    OneToOne,
+    check_arity,
+    check_count,
+    check_probability,
+    distinct_indices,
+)
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Params, Space
 
@@ -64,7 +70,7 @@ class PointMutation(OneToOne):
         check_arity(self, individuals, 1)
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
-            for i in rng.choice(len(self.space), size=self.points, replace=False):
+            for i in distinct_indices(rng, len(self.space), self.points):
                 param = self.space.params[int(i)]
                 params[param.name] = _resample_other(param, params[param.name], rng)
         return [_derive(individuals[0], params)]
@@ -108,7 +114,7 @@ class IntervalMutationNormal(OneToOne):
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
             movable = interval_params(self.space)
-            for i in rng.choice(len(movable), size=self.points, replace=False):
+            for i in distinct_indices(rng, len(movable), self.points):
                 param = movable[int(i)]
                 step = float(rng.normal(0.0, self.sigma_factor))
                 params[param.name] = param.from_unit(param.to_unit(params[param.name]) + step)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from atoll.evolution.base import Selection, check_count
+from atoll.evolution.base import Selection, check_count, distinct_indices
 from atoll.individual import Individual
 
 
@@ -48,7 +48,7 @@ class SelectUniform(Selection):
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
-        picks = rng.choice(len(individuals), size=min(self.k, len(individuals)), replace=False)
+        picks = distinct_indices(rng, len(individuals), min(self.k, len(individuals)))
         return [individuals[int(i)] for i in picks]
 
 
@@ -75,6 +75,6 @@ class SelectTournament(Selection):
         size = min(self.size, len(individuals))
         winners = []
         for _ in range(self.k):
-            contestants = rng.choice(len(individuals), size=size, replace=False)
+            contestants = distinct_indices(rng, len(individuals), size)
             winners.append(min((individuals[int(i)] for i in contestants), key=_loss_key))
         return winners
