@@ -211,7 +211,10 @@ def _wrap(model: nn.Module, ctx: Any, device: Any) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device] if getattr(device, "type", "cpu") == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, process_group=ctx.process_group)
+    # Every rank seeded torch from the same ctx.rng before building the model, so the replicas
+    # start equal: DDP's initial shape check and broadcast (two collectives) are skipped.
+    return DistributedDataParallel(model, device_ids=ids, process_group=ctx.process_group,
+                                   init_sync=False)
 
 
 def _plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
