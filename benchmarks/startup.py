@@ -8,6 +8,7 @@ control (python, numpy, mpi4py, MPI_Init, then the objective) shows the floor of
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def startup(side: str, seed: int) -> float:
     run = launch(side, RANKS, [task(0.0, 5, seed, ranks=RANKS, islands=2)],
                  env={STAMP_ENV: str(stamps)})
     times = [float(p.read_text()) for p in stamps.iterdir()]
+    shutil.rmtree(stamps)
     if len(times) != RANKS:
         raise RuntimeError(f"{side}: {len(times)} of {RANKS} ranks evaluated anything")
     return min(times) - run.popen_time
