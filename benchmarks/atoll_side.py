@@ -16,7 +16,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from atoll.api import search  # not atoll.search: the submodule shadows it after one call
+from atoll.api import search
 from atoll.config import parse_config
 from atoll.record import read_completed
 from objectives import space

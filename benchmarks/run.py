@@ -1,6 +1,7 @@
 """`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
 
-    .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,quality,recording]
+    .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
+                                        quality,recording]
 
 Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
 prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 import common
+import ddp_setup
+import ddp_throughput
 import quality
 import recording
 import scale
@@ -25,6 +28,7 @@ import throughput
 from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
+                "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "recording": recording}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
@@ -75,6 +79,11 @@ one after the other).
   pickles each island's population there every generation: part of its cost),
   `propulate(debug=0)`. Wall: between `MPI.COMM_WORLD.Barrier()` calls around `propulate()`;
   objective time: summed in the loss-function wrapper (same clock, `time.time()`).
+- **DDP rows** (benchmarks/ddp_setup.py, ddp_throughput.py): the "other" column is the
+  tutorial's per-individual recipe (benchmarks/tutorial_recipe.py: new store and process group,
+  data re-read, 2 re-spawned loader workers, per individual) for setup, and a 1-rank worker for
+  throughput; both on digits with a 2-rank gloo worker on this 2-core CPU machine (not a GPU
+  result). Setup compares the medians of individuals 2..6 (the first pays one-time imports).
 - **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
   as often as a worker of the optimizers does, between two barriers; no optimizer at all.
 

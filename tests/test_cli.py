@@ -107,10 +107,11 @@ def test_python_api_inside_a_user_script(tmp_path):
         "import atoll, sys\n"
         "config = atoll.load_config('examples/rastrigin.toml', ['search.generations=10'])\n"
         "summary = atoll.search(config, sys.argv[1])\n"
-        "print('evaluations', summary.evaluations)\n")
+        "again = atoll.search(config, sys.argv[1] + '-again')\n"
+        "print('evaluations', summary.evaluations, again.evaluations)\n")
     done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))
     assert done.returncode == 0, done.stderr
-    assert "evaluations 20" in done.stdout
+    assert "evaluations 20 20" in done.stdout  # the API may be called more than once
 
 
 TRAINING_EXAMPLES = {"digits.toml", "ddp_user.toml"}  # run with small budgets in test_classifier

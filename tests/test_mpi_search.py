@@ -11,7 +11,7 @@ import pytest
 
 from atoll.individual import Status
 from atoll.record import open_run
-from atoll.search import share
+from atoll.runner import share
 from atoll.topology import plan_layout
 from conftest import mpirun_atoll
 

@@ -69,7 +69,7 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     """
     from atoll.config import load_config
     from atoll.logs import launcher_rank, setup_logging
-    from atoll.search import run_search
+    from atoll.runner import run_search
 
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
@@ -128,7 +128,7 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
       mpirun -n 8 atoll resume runs/sphere --set search.islands=4
     """
     from atoll.logs import launcher_rank, setup_logging
-    from atoll.search import resume_search
+    from atoll.runner import resume_search
 
     setup_logging(launcher_rank(), debug)
     _finish(_guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),

@@ -136,7 +136,7 @@ class IslandLoop:
             self.population.learn(payload)
 
     def _emigrate(self) -> None:
-        candidates = self.population.owned_by(self.worker)[: self.migration.migrants]
+        candidates = self.population.owned_by(self.worker, self.migration.migrants)
         if not candidates:
             return
         others = [i for i in range(self.layout.islands) if i != self.island]

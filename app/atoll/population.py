@@ -76,6 +76,12 @@ class Population:
             del self._keys[pos]
             del self._ranked[pos]
 
-    def owned_by(self, worker: int) -> list[Individual]:
-        """Active usable individuals this worker may emigrate, best first."""
-        return [ind for ind in self._ranked if ind.owner == worker]
+    def owned_by(self, worker: int, limit: int | None = None) -> list[Individual]:
+        """Active usable individuals this worker may emigrate, best first (at most ``limit``)."""
+        found: list[Individual] = []
+        for ind in self._ranked:
+            if ind.owner == worker:
+                found.append(ind)
+                if limit is not None and len(found) >= limit:
+                    break
+        return found

@@ -3,7 +3,7 @@
     mpirun -n 4 python tests/mpi_programs/ddp_checks.py OUT.json MNIST_ROOT STAGE_DIR WEIGHTS_DIR
 
 COMM_WORLD is split into two workers of 2 ranks and each gets a real ``atoll.context.Context``
-per individual, built as ``atoll.search`` builds it, so the real process-group path runs (gloo).
+per individual, built as ``atoll.runner`` builds it, so the real process-group path runs (gloo).
 Every rank collects what it saw; rank 0 writes all of it to OUT.json and the test asserts.
 """
 

@@ -354,33 +354,58 @@ def _slurm_ids() -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
+class PeerError(RuntimeError):
+    """Another rank failed with an unexpected error (a bug); its message is attached."""
+
+
 def _on_root(comm: MPI.Comm, action: Callable[[], T]) -> T:
-    """Run ``action`` on rank 0 and give every rank its result, or raise its error everywhere."""
+    """Run ``action`` on rank 0 and give every rank its result, or raise its error everywhere.
+
+    User errors become the same one-line AtollError on every rank. An unexpected exception is
+    re-raised on rank 0 with its traceback while the other ranks raise PeerError: never a hang.
+    """
     result: Any = None
-    error: str | None = None
+    error: tuple[bool, str] | None = None
+    caught: Exception | None = None
     if comm.Get_rank() == 0:
         try:
             result = action()
-        except (AtollError, OSError) as exc:
-            error = _message(exc)
+        except Exception as exc:  # noqa: BLE001 - shared below, then raised on every rank
+            caught, error = exc, _shared(exc)
     result, error = comm.bcast((result, error), root=0)
-    if error is not None:
-        raise AtollError(error)
+    _raise_shared([error] if error else [], caught)
     return result
 
 
 def _on_all(comm: MPI.Comm, action: Callable[[], T]) -> T:
     """Run ``action`` on every rank; if it fails anywhere, every rank raises the first error."""
     result: Any = None
-    error: str | None = None
+    error: tuple[bool, str] | None = None
+    caught: Exception | None = None
     try:
         result = action()
-    except (AtollError, OSError) as exc:
-        error = _message(exc)
-    errors = [e for e in comm.allgather(error) if e is not None]
-    if errors:
-        raise AtollError(errors[0])
+    except Exception as exc:  # noqa: BLE001 - shared below, then raised on every rank
+        caught, error = exc, _shared(exc)
+    _raise_shared([e for e in comm.allgather(error) if e is not None], caught)
     return result
+
+
+def _shared(exc: Exception) -> tuple[bool, str]:
+    """(is a user error, one-line message) for the other ranks."""
+    if isinstance(exc, (AtollError, OSError)):
+        return True, _message(exc)
+    return False, f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _raise_shared(errors: list[tuple[bool, str]], caught: Exception | None) -> None:
+    if not errors:
+        return
+    user, message = errors[0]
+    if user:
+        raise AtollError(message)
+    if caught is not None:
+        raise caught
+    raise PeerError(f"another rank failed: {message}")
 
 
 def _message(exc: Exception) -> str:
