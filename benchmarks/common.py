@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,14 @@ def _memory() -> str:
     except OSError:
         pass
     return "unknown"
+
+
+def standalone(run: Callable[..., tuple[list[Row], list[str]]]) -> None:
+    """Run one measurement module by itself and print its rows and notes."""
+    started = time.time()
+    rows, notes = run()
+    for r in rows:
+        print(f"{r.measurement} | {r.atoll} | {r.other} | {r.ratio} | {r.target} | {r.verdict}")
+    for n in notes:
+        print(f"- {n}")
+    print(f"({time.time() - started:.0f} s)")

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import common
 from common import ATOLL_PYTHON, HERE, LAUNCH_TIMEOUT, ROOT, Row, mpi_env
 
 INDIVIDUALS = 6
@@ -179,10 +180,4 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
 
 
 if __name__ == "__main__":
-    started = time.time()
-    rows, notes = run()
-    for r in rows:
-        print(f"{r.measurement} | {r.atoll} | {r.other} | {r.ratio} | {r.target} | {r.verdict}")
-    for n in notes:
-        print(f"- {n}")
-    print(f"({time.time() - started:.0f} s)")
+    common.standalone(run)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+import common
 from common import Row
 from ddp_setup import atoll_search, value_of
 
@@ -81,10 +81,4 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
 
 
 if __name__ == "__main__":
-    started = time.time()
-    rows, notes = run()
-    for r in rows:
-        print(f"{r.measurement} | {r.atoll} | {r.other} | {r.ratio} | {r.target} | {r.verdict}")
-    for n in notes:
-        print(f"- {n}")
-    print(f"({time.time() - started:.0f} s)")
+    common.standalone(run)
