@@ -178,11 +178,10 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
         comm, lambda: _begin(paths, draft, layout, hosts, t0).to_plain()))
     topo = build_topology(comm, config.search.ranks_per_worker, config.search.islands)
     stop = StopFlag(comm).install()
-    deadline = t0 + config.search.wall_time if config.search.wall_time else float("inf")
+    if config.search.wall_time:
+        stop.deadline = t0 + config.search.wall_time
     remaining = max(job.budget - job.done, 0)
-    budget = Budget(share(remaining, topo.layout.workers)[topo.worker], deadline, stop.requested)
-    if deadline < float("inf"):
-        stop.deadline = deadline
+    budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
     comm.Barrier()
     start = time.time()
     try:
