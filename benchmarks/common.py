@@ -98,6 +98,21 @@ class KilledError(RuntimeError):
     """mpirun ended by a signal it did not send itself."""
 
 
+def run_logged(command: list[str], log_path: Path, label: str, cwd: Path,
+               env: dict[str, str]) -> int:
+    """Run a launch with its output in ``log_path``; returns its exit code. A launch that
+    outlives LAUNCH_TIMEOUT is killed and reported with its log."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+        try:
+            return proc.wait(timeout=LAUNCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{label}: timed out after {LAUNCH_TIMEOUT:.0f} s; "
+                               f"log: {log_path}") from None
+
+
 def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
             env: dict[str, str] | None) -> Launch:
     python, script = SIDES[side]
@@ -107,17 +122,9 @@ def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
     (workdir / "tasks.json").write_text(json.dumps(tasks))
     out = workdir / "results.json"
     command = mpirun_command(python, script, ranks, str(workdir / "tasks.json"), str(out))
-    with open(workdir / "log.txt", "wb") as log:
-        popen_time = time.time()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                                env=mpi_env(env))
-        try:
-            code = proc.wait(timeout=LAUNCH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"{side} at {ranks} ranks: timed out after {LAUNCH_TIMEOUT:.0f} s;"
-                               f" log: {workdir / 'log.txt'}") from None
+    popen_time = time.time()
+    code = run_logged(command, workdir / "log.txt", f"{side} at {ranks} ranks", workdir,
+                      mpi_env(env))
     if code < 0:
         raise KilledError(f"{side} at {ranks} ranks: mpirun killed by signal {-code}")
     if code != 0 or not out.exists():

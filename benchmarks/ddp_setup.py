@@ -35,14 +35,13 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import common
-from common import ATOLL_PYTHON, HERE, LAUNCH_TIMEOUT, ROOT, Row, mpi_env
+from common import ATOLL_PYTHON, HERE, ROOT, Row, mpi_env
 
 INDIVIDUALS = 6
 ROUNDS = 2
@@ -62,16 +61,7 @@ def mpirun(ranks: int, args: list[str], workdir: Path, name: str) -> float:
                *args]
     log_path = workdir / f"{name}.log"
     started = time.time()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                                env=mpi_env())
-        try:
-            code = proc.wait(timeout=LAUNCH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"{name}: timed out after {LAUNCH_TIMEOUT:.0f} s; "
-                               f"log: {log_path}") from None
+    code = common.run_logged(command, log_path, name, workdir, mpi_env())
     if code != 0:
         tail = log_path.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{name} failed (exit {code}); log {log_path}:\n{tail}")
