@@ -50,12 +50,22 @@ def ensure_propulate_venv() -> None:
     subprocess.run(check, check=True)
 
 
-def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+MCA_TUNING = {"OMPI_MCA_btl": "^ofi"}
+"""Open MPI settings of every launch, on every side: the machine tuning the Makefile applies
+(without a fabric, the libfabric transport's probing costs about 1 s of each MPI_Init here)."""
+
+
+def mpi_env(extra: dict[str, str] | None = None, tuned: bool = True) -> dict[str, str]:
     """The environment of every launch. Bytecode is cached (as on a user's machine), in
     benchmarks/.pycache so that nothing is written next to the sources; this sandbox sets
-    PYTHONDONTWRITEBYTECODE, which would make every rank compile Atoll's modules at startup."""
+    PYTHONDONTWRITEBYTECODE, which would make every rank compile Atoll's modules at startup.
+    ``tuned=False`` leaves Open MPI at its defaults (for the startup row that shows the cost)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for key in MCA_TUNING:
+        env.pop(key, None)
+    if tuned:
+        env.update(MCA_TUNING)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1",
                PYTHONPYCACHEPREFIX=str(HERE / ".pycache"))
@@ -79,19 +89,19 @@ class Launch:
 
 
 def launch(side: str, ranks: int, tasks: list[dict[str, Any]],
-           env: dict[str, str] | None = None) -> Launch:
+           env: dict[str, str] | None = None, tuned: bool = True) -> Launch:
     """Run ``tasks`` on ``side`` under mpirun with ``ranks`` ranks; raise if anything failed.
 
     Each task gets ``run_dir`` (a fresh directory: the Atoll run dir, the Propulate checkpoint
     dir) unless it has one. The launch's temporary directory is removed unless it failed.
     """
     try:
-        return _launch(side, ranks, tasks, env)
+        return _launch(side, ranks, tasks, env, tuned)
     except KilledError as exc:  # e.g. by a signal from outside; once more, and say so
         print(f"  {exc}; launching once more", flush=True)
         for task in tasks:
             task.pop("run_dir", None)
-        return _launch(side, ranks, tasks, env)
+        return _launch(side, ranks, tasks, env, tuned)
 
 
 class KilledError(RuntimeError):
@@ -114,7 +124,7 @@ def run_logged(command: list[str], log_path: Path, label: str, cwd: Path,
 
 
 def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
-            env: dict[str, str] | None) -> Launch:
+            env: dict[str, str] | None, tuned: bool) -> Launch:
     python, script = SIDES[side]
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{side}-{ranks}-"))
     for i, task in enumerate(tasks):
@@ -124,7 +134,7 @@ def _launch(side: str, ranks: int, tasks: list[dict[str, Any]],
     command = mpirun_command(python, script, ranks, str(workdir / "tasks.json"), str(out))
     popen_time = time.time()
     code = run_logged(command, workdir / "log.txt", f"{side} at {ranks} ranks", workdir,
-                      mpi_env(env))
+                      mpi_env(env, tuned))
     if code < 0:
         raise KilledError(f"{side} at {ranks} ranks: mpirun killed by signal {-code}")
     if code != 0 or not out.exists():
