@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,18 +18,44 @@ BIN = Path(sys.executable).parent
 MPIRUN = BIN / "mpirun"
 
 
+# Open MPI keeps a session directory ompi.<launcher pid> under TMPDIR. A killed launcher leaves
+# its own behind, and a later launcher that gets the same pid cannot start ("The PMIx server's
+# listener thread failed to start"): so the tests' launchers get a directory of their own, and
+# kill_tree removes what a killed launcher left.
+MPI_TMPDIR = Path(tempfile.mkdtemp(prefix="atoll-tests-mpi-"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(MPI_TMPDIR, ignore_errors=True)
+
+
 def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_tcp_if_include="lo", PYTHONUNBUFFERED="1",
+               OMPI_MCA_btl_tcp_if_include="lo", PYTHONUNBUFFERED="1", TMPDIR=str(MPI_TMPDIR),
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     env.update(extra)
     return env
 
 
+# mpirun itself failing to start (before any rank runs); seen rarely on these machines.
+LAUNCHER_FLAKES = ("The PMIx server's listener thread failed to start",)
+
+
 def run(cmd: list[str], timeout: float = 240, cwd: Path | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command in its own process group; on timeout kill the whole group and fail."""
+    """Run a command in its own process group; on timeout kill the whole group and fail.
+
+    A launch that mpirun could not start at all (LAUNCHER_FLAKES: no rank ran, nothing of the
+    test happened) is tried once more."""
+    done = _run_once(cmd, timeout, cwd, env)
+    if done.returncode != 0 and any(flake in done.stderr for flake in LAUNCHER_FLAKES):
+        done = _run_once(cmd, timeout, cwd, env)
+    return done
+
+
+def _run_once(cmd: list[str], timeout: float, cwd: Path | None,
+              env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd or ROOT, env=env or mpi_env(), start_new_session=True)
     try:
@@ -35,6 +63,7 @@ def run(cmd: list[str], timeout: float = 240, cwd: Path | None = None,
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        shutil.rmtree(MPI_TMPDIR / f"ompi.{proc.pid}", ignore_errors=True)
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out}\n{err}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
@@ -91,6 +120,7 @@ def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = 
                 pass
         time.sleep(0.05)
     proc.wait()
+    shutil.rmtree(MPI_TMPDIR / f"ompi.{proc.pid}", ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -6,6 +6,7 @@ touches: it never sees message tags, files or the population.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ class Context:
 
     comm: MPI.Comm
     individual_id: int
-    rng: np.random.Generator
+    seed: int = 0
+    """The run's seed; with ``individual_id`` it seeds ``rng``."""
     data_dir: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     backend: str = "auto"
@@ -47,6 +49,12 @@ class Context:
     _should_stop: Callable[[], bool] | None = field(default=None, repr=False)
     interrupted: bool = False
     """Set when ``report`` told the objective to stop because the job is stopping."""
+
+    @functools.cached_property
+    def rng(self) -> np.random.Generator:
+        """This individual's random stream, the same on every rank of the worker. Made on
+        first use: seeding a generator costs more than a cheap objective."""
+        return np.random.default_rng([self.seed, self.individual_id])
 
     @property
     def rank(self) -> int:

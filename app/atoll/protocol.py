@@ -50,6 +50,9 @@ class Codec:
                 else "<i4"
             fields.append(("p_" + p.name, kind))
         self.dtype = np.dtype(fields)
+        # For decoding: each parameter's name and its choices (None: the value as it is).
+        self._genes = tuple((p.name, p.choices if isinstance(p, CategoricalParam) else None)
+                            for p in space.params)
 
     def encode(self, ind: Individual) -> np.ndarray:
         genes = tuple(p.index(ind.params[p.name]) if isinstance(p, CategoricalParam)
@@ -60,17 +63,20 @@ class Codec:
                           *genes)], dtype=self.dtype)
 
     def decode(self, rec: np.ndarray) -> Individual:
-        r = rec[0]
-        params: dict[str, Any] = {}
-        for p in self.space.params:
-            raw = r["p_" + p.name].item()
-            params[p.name] = p.choices[raw] if isinstance(p, CategoricalParam) else raw
+        # One .item() turns the whole record into Python numbers (per-field access is slower).
+        (ind_id, island, worker, generation, owner, version, parent_a, parent_b, origin, status,
+         loss, born, started, finished, *genes) = rec[0].item()
+        params = {name: value if choices is None else choices[value]
+                  for (name, choices), value in zip(self._genes, genes, strict=True)}
         return Individual(
-            id=int(r["id"]), params=params, island=int(r["island"]), worker=int(r["worker"]),
-            generation=int(r["generation"]), owner=int(r["owner"]), version=int(r["version"]),
-            parents=(int(r["parent_a"]), int(r["parent_b"])), origin=Origin(int(r["origin"])),
-            status=Status(int(r["status"])), loss=float(r["loss"]), born=float(r["born"]),
-            started=float(r["started"]), finished=float(r["finished"]))
+            id=ind_id, params=params, island=island, worker=worker, generation=generation,
+            owner=owner, version=version, parents=(parent_a, parent_b), origin=_ORIGINS[origin],
+            status=_STATUSES[status], loss=loss, born=born, started=started, finished=finished)
+
+
+_ORIGINS = {int(o): o for o in Origin}
+_TAGS = {int(t): t for t in Tag}
+_STATUSES = {int(s): s for s in Status}
 
 
 Handler = Callable[[Tag, int, Any], None]
@@ -119,7 +125,7 @@ class Mailbox:
         count = 0
         status = self._status
         while self.comm.Iprobe(source=self._mpi.ANY_SOURCE, tag=self._mpi.ANY_TAG, status=status):
-            source, tag = status.Get_source(), Tag(status.Get_tag())
+            source, tag = status.Get_source(), _TAGS[status.Get_tag()]
             buf = self._deactivate_buf if tag == Tag.DEACTIVATE else self._individual_buf
             self.comm.Recv([buf, self._mpi.BYTE], source=source, tag=int(tag))
             self.received[source] += 1

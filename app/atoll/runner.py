@@ -182,10 +182,12 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
         stop.deadline = t0 + config.search.wall_time
     remaining = max(job.budget - job.done, 0)
     budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
-    comm.Barrier()
     start = time.time()
     try:
-        stats = _run_worker(job, paths, topo, objective, budget, stop)
+        run_worker = _prepare_worker(job, paths, topo, objective, stop)
+        comm.Barrier()  # the search (and its wall time) starts together on every rank
+        start = time.time()
+        stats = run_worker(budget)
     finally:
         stopped = stop.close()
     wall = time.time() - start
@@ -210,8 +212,10 @@ def share(total: int, workers: int) -> list[int]:
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
 
 
-def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective: Objective,
-                budget: Budget, stop: StopFlag) -> IslandStats:
+def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
+                    objective: Objective, stop: StopFlag) -> Callable[[Budget], IslandStats]:
+    """Everything a rank sets up before the search (restore, log files, operators); returns
+    the search itself, which closes what was set up when it ends."""
     config, job = plan.config, plan.job
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
@@ -224,9 +228,13 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
     evaluator = _make_evaluator(config, topo, objective, log_file, keeper, stop)
     if not topo.is_leader:
-        link.follow(evaluator)
-        close_worker_group()
-        return IslandStats()
+        def follow(budget: Budget) -> IslandStats:
+            try:
+                link.follow(evaluator)
+            finally:
+                close_worker_group()
+            return IslandStats()
+        return follow
     assert topo.leaders is not None and log_file is not None
     pop_size = config.evolution.population_size or 2 * len(topo.island_workers)
     ev = config.evolution
@@ -246,14 +254,17 @@ def _run_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology, objective
                                   config.migration.migrants),
         rng=np.random.default_rng([config.seed, job, topo.worker]), id_base=plan.next_id,
         population=population)
-    try:
-        stats = loop.run(budget)
-        log_file.write_population(loop.population)
-        return stats
-    finally:
-        link.stop()
-        log_file.close()
-        close_worker_group()
+
+    def lead(budget: Budget) -> IslandStats:
+        try:
+            stats = loop.run(budget)
+            log_file.write_population(loop.population)
+            return stats
+        finally:
+            link.stop()
+            log_file.close()
+            close_worker_group()
+    return lead
 
 
 def _make_evaluator(config: Config, topo: Topology, objective: Objective,
@@ -272,8 +283,8 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
             if topo.worker_comm.Get_size() > 1 else wanted
 
     def evaluator(ind: Individual) -> None:
-        ctx = Context(comm=topo.worker_comm, individual_id=ind.id,
-                      rng=np.random.default_rng([config.seed, ind.id]), data_dir=data_dir,
+        ctx = Context(comm=topo.worker_comm, individual_id=ind.id, seed=config.seed,
+                      data_dir=data_dir,
                       options=config.objective.options, backend=config.distributed.backend,
                       local_rank=topo.local_rank,
                       timeout=config.distributed.timeout, _sink=sink, _weights=weights,

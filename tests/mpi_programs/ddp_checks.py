@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
@@ -62,7 +61,7 @@ def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options:
     def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
         epochs.append({"individual": i, "epoch": epoch, **metrics})
 
-    return Probe(comm=comm, individual_id=ind_id, rng=np.random.default_rng([SEED, ind_id]),
+    return Probe(comm=comm, individual_id=ind_id, seed=SEED,
                  data_dir=Path(data_dir) if data_dir else None, options=options,
                  backend="gloo", timeout=60.0, local_rank=LOCAL_RANK, _sink=sink)
 

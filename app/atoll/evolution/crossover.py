@@ -38,7 +38,7 @@ class CrossoverUniform:
         first, second = individuals
         params = dict(first.params)
         if rng.random() < self.probability:
-            from_second = rng.random(len(params)) < 0.5
+            from_second = (rng.random(len(params)) < 0.5).tolist()
             for name, take in zip(list(params), from_second, strict=True):
                 if take:
                     params[name] = second.params[name]

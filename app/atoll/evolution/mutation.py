@@ -8,6 +8,7 @@ lineage survives any number of mutation steps.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -71,7 +72,7 @@ class PointMutation(OneToOne):
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
             for i in distinct_indices(rng, len(self.space), self.points):
-                param = self.space.params[int(i)]
+                param = self.space.params[i]
                 params[param.name] = _resample_other(param, params[param.name], rng)
         return [_derive(individuals[0], params)]
 
@@ -103,19 +104,23 @@ class IntervalMutationNormal(OneToOne):
                              f"got {self.sigma_factor!r}")
         check_probability("IntervalMutationNormal.probability", self.probability)
         check_count("IntervalMutationNormal.points", self.points)
-        movable = len(interval_params(self.space))
+        movable = len(self._movable)
         if self.points > movable:
             raise ValueError(f"IntervalMutationNormal: points={self.points} but the space has "
                              f"only {movable} float, int or ordinal parameter(s)")
+
+    @functools.cached_property
+    def _movable(self) -> tuple[Param, ...]:
+        return interval_params(self.space)
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
         check_arity(self, individuals, 1)
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
-            movable = interval_params(self.space)
+            movable = self._movable
             for i in distinct_indices(rng, len(movable), self.points):
-                param = movable[int(i)]
+                param = movable[i]
                 step = float(rng.normal(0.0, self.sigma_factor))
                 params[param.name] = param.from_unit(param.to_unit(params[param.name]) + step)
         return [_derive(individuals[0], params)]

@@ -49,7 +49,7 @@ class SelectUniform(Selection):
     def __call__(self, individuals: Sequence[Individual],
                  rng: np.random.Generator) -> list[Individual]:
         picks = distinct_indices(rng, len(individuals), min(self.k, len(individuals)))
-        return [individuals[int(i)] for i in picks]
+        return [individuals[i] for i in picks]
 
 
 @dataclass(frozen=True)
@@ -76,5 +76,5 @@ class SelectTournament(Selection):
         winners = []
         for _ in range(self.k):
             contestants = distinct_indices(rng, len(individuals), size)
-            winners.append(min((individuals[int(i)] for i in contestants), key=_loss_key))
+            winners.append(min((individuals[i] for i in contestants), key=_loss_key))
         return winners
