@@ -37,6 +37,7 @@ from atoll.record import (
 )
 from atoll.record.schema import (
     check_param_names,
+    committed,
     epoch_dtype,
     individual_dtype,
     migration_dtype,
@@ -286,6 +287,23 @@ def test_nothing_reaches_the_file_before_a_flush(tmp_path: Path, space: Space) -
         assert f.attrs["closed"] and f["individuals"].attrs["rows"] == 5
 
 
+def test_population_snapshot_only_at_a_clean_close(tmp_path: Path, space: Space) -> None:
+    """close(population) stores the worker's view with its last rows; a plain close (an
+    error ended the job) leaves the snapshot table empty."""
+    known = [individual(i) for i in range(3)]
+    known[1].active = False
+    for name, population in (("clean.h5", known), ("error.h5", None)):
+        log = WorkerLog(tmp_path / name, space, job=0, worker=0, flush_interval=10)
+        log.add_individual(known[0])
+        log.close(population)
+    with h5py.File(tmp_path / "clean.h5", "r") as f:
+        rows = committed(f["population"])
+        assert rows["id"].tolist() == [0, 1, 2] and rows["active"].tolist() == [True, False, True]
+        assert rows["version"].tolist() == [0, 1, 2] and f["individuals"].attrs["rows"] == 1
+    with h5py.File(tmp_path / "error.h5", "r") as f:
+        assert len(committed(f["population"])) == 0 and f.attrs["closed"]
+
+
 def test_maybe_flush_honours_the_interval(tmp_path: Path, space: Space) -> None:
     log = WorkerLog(tmp_path / "w.h5", space, job=0, worker=0, flush_interval=10)
     now = time.monotonic()
@@ -329,7 +347,7 @@ def test_new_metric_widens_a_long_epochs_table(tmp_path: Path, space: Space) -> 
         log.flush()
         log.add_epoch(1, 1, 1.0, {"a": 3.0, "c": 4.0})
     with h5py.File(path, "r") as f:
-        assert set(f) == {"individuals", "epochs", "migrations"}
+        assert set(f) == {"individuals", "epochs", "migrations", "population"}
         epochs = f["epochs"][...]
     assert epochs.dtype.names[3:] == ("a", "b", "c") and len(epochs) == 5002
     assert np.array_equal(epochs["a"][:5000], np.arange(5000.0))

@@ -32,6 +32,7 @@ class Recorder(Protocol):
     def add_migration(self, individual_id: int, version: int, mode: str, from_island: int,
                       to_island: int, from_worker: int, to_worker: int, time: float) -> None: ...
     def maybe_flush(self, now: float | None = None) -> bool: ...
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,9 @@ class IslandLoop:
                 self._emigrate()
             self.recorder.maybe_flush()
         self.stats.evaluations = done
+        # Write this worker's rows now, while other workers may still be evaluating: at the
+        # very end every leader would flush at once, and on a crowded node they queue for it.
+        self.recorder.flush()
         self.mailbox.drain(self._receive)
         return self.stats
 

@@ -176,3 +176,11 @@ class Backoff:
     def wait(self) -> None:
         time.sleep(self.delay)
         self.delay = min(self.delay * 2, self.limit)
+
+
+def wait_gently(request: MPI.Request) -> None:
+    """Wait for a non-blocking operation with :class:`Backoff` instead of MPI's busy polling,
+    which on an oversubscribed node takes the cores from ranks that still have work."""
+    backoff = Backoff()
+    while not request.Test():
+        backoff.wait()

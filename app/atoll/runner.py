@@ -256,13 +256,14 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         population=population)
 
     def lead(budget: Budget) -> IslandStats:
+        finished = False
         try:
             stats = loop.run(budget)
-            log_file.write_population(loop.population)
+            finished = True
             return stats
         finally:
             link.stop()
-            log_file.close()
+            log_file.close(loop.population if finished else None)
             close_worker_group()
     return lead
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.protocol import wait_gently
+
 if TYPE_CHECKING:
     from mpi4py import MPI
 
@@ -88,7 +90,11 @@ class StopFlag:
         many notices, so none is left in flight when MPI finalizes.
         """
         stopped = self.requested()
-        senders = self.comm.allreduce(1 if self._requests else 0)
+        mine = np.array([1 if self._requests else 0], dtype=np.int64)
+        total = np.zeros(1, dtype=np.int64)
+        # Ranks that finish early wait here for the others: gently, to leave them the cores.
+        wait_gently(self.comm.Iallreduce([mine, self._mpi.INT64_T], [total, self._mpi.INT64_T]))
+        senders = int(total[0])
         buf = np.zeros(1, dtype=np.int8)
         for _ in range(senders - (1 if self._requests else 0)):
             self.comm.Recv([buf, self._mpi.BYTE], source=self._mpi.ANY_SOURCE, tag=_NOTICE_TAG)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atoll.individual import Individual
-from atoll.protocol import Backoff, Codec
+from atoll.protocol import Codec, wait_gently
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -33,10 +33,7 @@ class WorkerLink:
     def _bcast(self, buf: np.ndarray) -> None:
         from mpi4py import MPI
 
-        request = self.comm.Ibcast([buf, MPI.BYTE], root=0)
-        backoff = Backoff()
-        while not request.Test():
-            backoff.wait()
+        wait_gently(self.comm.Ibcast([buf, MPI.BYTE], root=0))
 
     def hand_out(self, ind: Individual) -> None:
         """Leader: give the followers the individual to evaluate next."""

@@ -68,7 +68,7 @@ class WorkerLog:
         self._file = _create(self.path, space, job=job, worker=worker)
         self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
             ("individuals", self._ind_dtype), ("epochs", epoch_dtype(())),
-            ("migrations", self._mig_dtype))}
+            ("migrations", self._mig_dtype), ("population", population_dtype()))}
         self._closed = False
         self._last_flush = time.monotonic()
 
@@ -154,20 +154,18 @@ class WorkerLog:
         self._migrations.clear()
         self._last_flush = time.monotonic()
 
-    def write_population(self, individuals: Iterable[Individual]) -> None:
-        """Store what this worker knows of its island at the end of a clean job (once)."""
-        rows = np.array([(i.id, i.version, i.island, i.owner, i.active) for i in individuals],
-                        dtype=population_dtype())
-        self.flush()
-        create_table(self._file, "population", population_dtype(), data=rows)
-        self._file.flush()
-
-    def close(self) -> None:
-        """Flush and close; calling it again does nothing."""
+    def close(self, population: Iterable[Individual] | None = None) -> None:
+        """Flush and close; calling it again does nothing. ``population``: what this worker
+        knows of its island at the end of a clean job, stored with the last rows."""
         if self._closed:
             return
         try:
             self.flush()
+            if population is not None:
+                table = self._tables["population"]
+                table.commit(table.write(np.array(
+                    [(i.id, i.version, i.island, i.owner, i.active) for i in population],
+                    dtype=table.dtype)))
             self._file.attrs["closed"] = True
         finally:
             self._closed = True
@@ -282,6 +280,7 @@ def _create(path: Path, space: Space, *, job: int, worker: int) -> h5py.File:
             create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
             create_table(f, "epochs", epoch_dtype(()))
             create_table(f, "migrations", migration_dtype())
+            create_table(f, "population", population_dtype())  # filled at a clean end
         os.replace(temp, path)
     except OSError as exc:  # read-only, full, no permission: one line, no half-written file
         with contextlib.suppress(OSError):  # a read-only file system refuses even this
