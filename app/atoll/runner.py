@@ -49,9 +49,10 @@ class JobSummary:
     run_dir: Path
     job: int
     evaluations: int
-    wall_seconds: float
-    objective_seconds: float
-    first_evaluation_seconds: float
+    wall_seconds: float  # the search: from a barrier after setup to the end of the drain,
+    # the log's last flush and the agreement on stopping (setup and results.h5 not counted)
+    objective_seconds: float  # inside objectives, summed over workers
+    first_evaluation_seconds: float  # from the job's start (before setup) to the first call
     results_file: Path | None
     exit_code: int  # 0: the run's budget is spent; EXIT_STOPPED: resume to continue
 
