@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from atoll.errors import ConfigError
@@ -267,6 +267,9 @@ def test_from_dict_parses_or_raises_config_error(table: Any, seed: int) -> None:
 @settings(max_examples=300, deadline=None)
 @given(a=st.floats(allow_nan=False, allow_infinity=False),
        b=st.floats(allow_nan=False, allow_infinity=False), unit=st.floats(), log=st.booleans())
+# distinct bounds with the same log; a log step rounding past the largest float
+@example(a=1.7976931348621712e+308, b=1.7976931348621714e+308, unit=0.0, log=True)
+@example(a=1.0725104195075003e-300, b=1.7976931348623157e+308, unit=1.0, log=True)
 def test_float_from_unit_always_in_bounds(a: float, b: float, unit: float, log: bool) -> None:
     if log:
         a, b = abs(a) or 1e-300, abs(b) or 1e-300

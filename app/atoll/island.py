@@ -9,6 +9,7 @@ waits for another leader until the final drain.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -94,12 +95,25 @@ class IslandLoop:
         self.id_base = id_base
         self.population = population if population is not None else Population()
         self.stats = IslandStats()
+        self._until_emigration = self._emigration_gap()
+
+    def _emigration_gap(self) -> float:
+        """Evaluations until this worker next sends emigrants: each evaluation is a Bernoulli
+        trial with the migration probability, so the gap is geometric (one draw per emigration
+        instead of one per evaluation)."""
+        if self.layout.islands < 2 or self.migration.probability <= 0:
+            return math.inf
+        return int(self.rng.geometric(self.migration.probability))
 
     def run(self, budget: Budget) -> IslandStats:
         """Search until the budget is spent, then drain messages with the other leaders."""
         done = 0
-        while not budget.exhausted(done):
+        while True:
+            # Receive first: after a long evaluation the first MPI call of a round is the
+            # costly one (cold caches), and the stop check's probe then comes cheap.
             self.mailbox.poll(self._receive)
+            if budget.exhausted(done):
+                break
             ind = self._breed(done)
             self.evaluate(ind)
             if done == 0:
@@ -110,8 +124,10 @@ class IslandLoop:
             self.population.learn(ind)
             self.recorder.add_individual(ind)
             self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
-            if self.layout.islands > 1 and self.rng.random() < self.migration.probability:
+            self._until_emigration -= 1
+            if self._until_emigration <= 0:
                 self._emigrate()
+                self._until_emigration = self._emigration_gap()
             self.recorder.maybe_flush()
         self.stats.evaluations = done
         # Write this worker's rows now, while other workers may still be evaluating: at the

@@ -1,14 +1,16 @@
 """The message protocol between worker leaders: tags, wire format, sending, polling, draining.
 
-Nothing else in Atoll touches the leaders' communicator. Messages are typed numpy records sent
-as raw bytes (no pickle on the wire); every send is non-blocking and its buffer is kept until
-the send completes, so no leader ever blocks on a busy peer. Termination is exact: leaders
+Nothing else in Atoll touches the leaders' communicator. Messages are fixed-layout binary
+records (:class:`Codec`; no pickle on the wire); every send is non-blocking and its buffer is
+kept until the send completes, so no leader ever blocks on a busy peer. Receives stay posted,
+so one call collects whatever arrived. Termination is exact: leaders
 exchange how many messages each sent to each other (a non-blocking all-to-all) and keep
 receiving until every one of them has arrived, so nothing is lost and nothing hangs.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterable
 from enum import IntEnum
@@ -22,6 +24,8 @@ from atoll.space import CategoricalParam, FloatParam, IntParam, Space
 if TYPE_CHECKING:
     from mpi4py import MPI
 
+Buffer = bytes | bytearray | memoryview
+
 
 class Tag(IntEnum):
     """What a message carries."""
@@ -31,41 +35,48 @@ class Tag(IntEnum):
     DEACTIVATE = 3  # an individual that left this island: mark that copy inactive
 
 
-_FIXED = [("id", "<i8"), ("island", "<i4"), ("worker", "<i4"), ("generation", "<i8"),
-          ("owner", "<i4"), ("version", "<i4"), ("parent_a", "<i8"), ("parent_b", "<i8"),
-          ("origin", "<i1"), ("status", "<i1"), ("loss", "<f8"), ("born", "<f8"),
-          ("started", "<f8"), ("finished", "<f8")]
+# The wire format of an individual: little-endian, packed, in this order, then one field per
+# parameter (floats as f8, ints as i8, categoricals and ordinals as the i4 index of the choice).
+_FIXED = [("id", "q"), ("island", "i"), ("worker", "i"), ("generation", "q"), ("owner", "i"),
+          ("version", "i"), ("parent_a", "q"), ("parent_b", "q"), ("origin", "b"),
+          ("status", "b"), ("loss", "d"), ("born", "d"), ("started", "d"), ("finished", "d")]
 
-DEACTIVATE_DTYPE = np.dtype([("id", "<i8"), ("version", "<i4")])
+_DEACTIVATE = struct.Struct("<qi")  # id, version
+RECEIVE_SLOTS = 64  # receives kept posted per leader (at most one per other leader)
 
 
 class Codec:
-    """Turns individuals into fixed-size records and back; categoricals travel as indices."""
+    """Turns individuals into fixed-size records and back; categoricals travel as indices.
+
+    Records are packed with :mod:`struct`: lighter than building numpy records, which counts
+    because a leader encodes and decodes several per evaluation.
+    """
 
     def __init__(self, space: Space) -> None:
         self.space = space
-        fields = list(_FIXED)
-        for p in space.params:
-            kind = "<f8" if isinstance(p, FloatParam) else "<i8" if isinstance(p, IntParam) \
-                else "<i4"
-            fields.append(("p_" + p.name, kind))
-        self.dtype = np.dtype(fields)
-        # For decoding: each parameter's name and its choices (None: the value as it is).
+        codes = "".join(code for _, code in _FIXED) + "".join(
+            "d" if isinstance(p, FloatParam) else "q" if isinstance(p, IntParam) else "i"
+            for p in space.params)
+        self.record = struct.Struct("<" + codes)
+        self.size = self.record.size
+        # Each parameter's name and its choices (None: the value travels as it is).
         self._genes = tuple((p.name, p.choices if isinstance(p, CategoricalParam) else None)
                             for p in space.params)
+        self._index = {p.name: {v: i for i, v in enumerate(p.choices)} for p in space.params
+                       if isinstance(p, CategoricalParam)}
 
-    def encode(self, ind: Individual) -> np.ndarray:
-        genes = tuple(p.index(ind.params[p.name]) if isinstance(p, CategoricalParam)
-                      else ind.params[p.name] for p in self.space.params)
-        return np.array([(ind.id, ind.island, ind.worker, ind.generation, ind.owner,
-                          ind.version, ind.parents[0], ind.parents[1], int(ind.origin),
-                          int(ind.status), ind.loss, ind.born, ind.started, ind.finished,
-                          *genes)], dtype=self.dtype)
+    def encode(self, ind: Individual) -> bytes:
+        params = ind.params
+        genes = [params[name] if choices is None else self._index[name][params[name]]
+                 for name, choices in self._genes]
+        return self.record.pack(ind.id, ind.island, ind.worker, ind.generation, ind.owner,
+                                ind.version, ind.parents[0], ind.parents[1], ind.origin,
+                                ind.status, ind.loss, ind.born, ind.started, ind.finished,
+                                *genes)
 
-    def decode(self, rec: np.ndarray) -> Individual:
-        # One .item() turns the whole record into Python numbers (per-field access is slower).
+    def decode(self, buf: Buffer) -> Individual:
         (ind_id, island, worker, generation, owner, version, parent_a, parent_b, origin, status,
-         loss, born, started, finished, *genes) = rec[0].item()
+         loss, born, started, finished, *genes) = self.record.unpack_from(buf)
         params = {name: value if choices is None else choices[value]
                   for (name, choices), value in zip(self._genes, genes, strict=True)}
         return Individual(
@@ -93,22 +104,30 @@ class Mailbox:
         self.comm = comm
         self.codec = codec
         self.size = comm.Get_size()
-        self.sent = np.zeros(self.size, dtype=np.int64)
-        self.received = np.zeros(self.size, dtype=np.int64)
-        self._pending: list[tuple[Any, np.ndarray]] = []
-        self._status = MPI.Status()
-        self._individual_buf = np.zeros(1, dtype=codec.dtype)
-        self._deactivate_buf = np.zeros(1, dtype=DEACTIVATE_DTYPE)
+        self.sent = [0] * self.size  # messages to / from each leader, for the final drain
+        self.received = [0] * self.size
+        self._pending: list[tuple[Any, bytes]] = []
+        # Receives stay posted (persistent, from any leader), so one Testsome per poll
+        # collects everything that arrived: probing until nothing is left costs an extra
+        # trip through MPI's progress engine each time, which showed as most of a leader's
+        # time between evaluations. A message matches the earliest posted receive, so sorting
+        # completed ones by when they were posted gives the arrival order.
+        slots = min(self.size - 1, RECEIVE_SLOTS)
+        self._buffers = [bytearray(max(codec.size, _DEACTIVATE.size)) for _ in range(slots)]
+        self._receives = [comm.Recv_init([buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+                          for buf in self._buffers]
+        self._posted = list(range(slots))
+        self._posts = slots
+        if self._receives:
+            MPI.Prequest.Startall(self._receives)
 
     def send_individual(self, tag: Tag, ind: Individual, to: Iterable[int]) -> None:
         self._send(tag, self.codec.encode(ind), to)
 
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None:
-        rec = np.zeros(1, dtype=DEACTIVATE_DTYPE)
-        rec[0] = (ind_id, version)
-        self._send(Tag.DEACTIVATE, rec, to)
+        self._send(Tag.DEACTIVATE, _DEACTIVATE.pack(ind_id, version), to)
 
-    def _send(self, tag: Tag, rec: np.ndarray, to: Iterable[int]) -> None:
+    def _send(self, tag: Tag, rec: bytes, to: Iterable[int]) -> None:
         # One buffer may back several concurrent sends (MPI-3); it lives until all complete.
         for dest in to:
             req = self.comm.Isend([rec, self._mpi.BYTE], dest=dest, tag=int(tag))
@@ -123,17 +142,24 @@ class Mailbox:
     def poll(self, handle: Handler) -> int:
         """Receive and handle every message that has arrived; returns how many."""
         count = 0
-        status = self._status
-        while self.comm.Iprobe(source=self._mpi.ANY_SOURCE, tag=self._mpi.ANY_TAG, status=status):
-            source, tag = status.Get_source(), _TAGS[status.Get_tag()]
-            buf = self._deactivate_buf if tag == Tag.DEACTIVATE else self._individual_buf
-            self.comm.Recv([buf, self._mpi.BYTE], source=source, tag=int(tag))
-            self.received[source] += 1
-            count += 1
-            if tag == Tag.DEACTIVATE:
-                handle(tag, source, (int(buf[0]["id"]), int(buf[0]["version"])))
-            else:
-                handle(tag, source, self.codec.decode(buf))
+        while self._receives:
+            statuses: list[Any] = []
+            done = self._mpi.Request.Testsome(self._receives, statuses)
+            if not done:
+                return count
+            for k in sorted(range(len(done)), key=lambda k: self._posted[done[k]]):
+                slot, status = done[k], statuses[k]
+                source, tag = status.Get_source(), _TAGS[status.Get_tag()]
+                buf = self._buffers[slot]
+                payload = _DEACTIVATE.unpack_from(buf) if tag == Tag.DEACTIVATE \
+                    else self.codec.decode(buf)
+                self._receives[slot].Start()
+                self._posted[slot], self._posts = self._posts, self._posts + 1
+                self.received[source] += 1
+                count += 1
+                handle(tag, source, payload)
+            if len(done) < len(self._receives):
+                return count
         return count
 
     def drain(self, handle: Handler, idle: Callable[[], None] = lambda: None) -> None:
@@ -142,16 +168,16 @@ class Mailbox:
         Collective over the leaders. Counts go through a non-blocking all-to-all while we keep
         receiving, so a peer still evaluating (and still sending to us) is never blocked.
         """
+        sent = np.array(self.sent, dtype=np.int64)
         expected = np.zeros(self.size, dtype=np.int64)
-        request = self.comm.Ialltoall([self.sent, self._mpi.INT64_T],
-                                      [expected, self._mpi.INT64_T])
+        request = self.comm.Ialltoall([sent, self._mpi.INT64_T], [expected, self._mpi.INT64_T])
         backoff = Backoff()
         counts_known = False
         while True:
             got = self.poll(handle)
             if not counts_known:
                 counts_known = bool(request.Test())
-            if counts_known and np.array_equal(self.received, expected):
+            if counts_known and self.received == expected.tolist():
                 break
             if got == 0:
                 idle()
@@ -160,6 +186,12 @@ class Mailbox:
                 backoff.reset()
         self._mpi.Request.Waitall([req for req, _ in self._pending])
         self._pending.clear()
+        for request in self._receives:  # nothing more can arrive: withdraw the receives
+            request.Cancel()
+        self._mpi.Request.Waitall(self._receives)
+        for request in self._receives:
+            request.Free()
+        self._receives = []
 
 
 class Backoff:

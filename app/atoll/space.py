@@ -75,6 +75,8 @@ class FloatParam:
             return 0.0
         if self.log:
             lo, hi = math.log(self.low), math.log(self.high)
+            if hi == lo:  # distinct bounds whose logs round to the same float
+                return 0.0
             return (math.log(self.clip(value)) - lo) / (hi - lo)
         span = self.high - self.low
         if math.isfinite(span):
@@ -86,7 +88,10 @@ class FloatParam:
         unit = _unit(unit)
         if self.log:
             lo, hi = math.log(self.low), math.log(self.high)
-            return self.clip(math.exp(lo + unit * (hi - lo)))
+            try:
+                return self.clip(math.exp(lo + unit * (hi - lo)))
+            except OverflowError:  # rounding past the largest float, near a huge high bound
+                return float(self.high)
         # A weighted mean, not low + unit * (high - low): exact at both ends, no overflow.
         return self.clip(self.low * (1.0 - unit) + self.high * unit)
 

@@ -1,16 +1,15 @@
 """One worker: the ranks that evaluate an individual together.
 
 The leader breeds and hands each individual to its followers through a non-blocking broadcast
-of a typed record; followers wait with a back-off so that an idle rank does not spin on a core
+of a fixed-layout record; followers wait with a back-off so that an idle rank does not spin on a core
 the evaluation needs. An id of ``STOP_ID`` ends the followers' loop.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from atoll.individual import Individual
 from atoll.protocol import Codec, wait_gently
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
 STOP_ID = -2
+_ID = struct.Struct("<q")  # an individual's record starts with its id
 
 
 class WorkerLink:
@@ -28,9 +28,9 @@ class WorkerLink:
         self.comm = comm
         self.codec = codec
         self.single = comm.Get_size() == 1
-        self._buf = np.zeros(1, dtype=codec.dtype)
+        self._buf = bytearray(codec.size)
 
-    def _bcast(self, buf: np.ndarray) -> None:
+    def _bcast(self, buf: bytes | bytearray) -> None:
         from mpi4py import MPI
 
         wait_gently(self.comm.Ibcast([buf, MPI.BYTE], root=0))
@@ -38,13 +38,13 @@ class WorkerLink:
     def hand_out(self, ind: Individual) -> None:
         """Leader: give the followers the individual to evaluate next."""
         if not self.single:
-            self._bcast(self.codec.encode(ind))
+            self._bcast(bytearray(self.codec.encode(ind)))
 
     def stop(self) -> None:
         """Leader: release the followers."""
         if not self.single:
-            buf = np.zeros(1, dtype=self.codec.dtype)
-            buf[0]["id"] = STOP_ID
+            buf = bytearray(self.codec.size)
+            _ID.pack_into(buf, 0, STOP_ID)
             self._bcast(buf)
 
     def follow(self, evaluate: Callable[[Individual], None]) -> int:
@@ -52,7 +52,7 @@ class WorkerLink:
         count = 0
         while True:
             self._bcast(self._buf)
-            if int(self._buf[0]["id"]) == STOP_ID:
+            if _ID.unpack_from(self._buf)[0] == STOP_ID:
                 return count
             evaluate(self.codec.decode(self._buf))
             count += 1
