@@ -1,8 +1,8 @@
 """One worker: the ranks that evaluate an individual together.
 
 The leader breeds and hands each individual to its followers through a non-blocking broadcast
-of a fixed-layout record; followers wait with a back-off so that an idle rank does not spin on a core
-the evaluation needs. An id of ``STOP_ID`` ends the followers' loop.
+of a fixed-layout record; followers wait with a back-off so that an idle rank does not spin on
+a core the evaluation needs. An id of ``STOP_ID`` ends the followers' loop.
 """
 
 from __future__ import annotations
