@@ -108,12 +108,10 @@ class IslandLoop:
     def run(self, budget: Budget) -> IslandStats:
         """Search until the budget is spent, then drain messages with the other leaders."""
         done = 0
-        while True:
-            # Receive first: after a long evaluation the first MPI call of a round is the
-            # costly one (cold caches), and the stop check's probe then comes cheap.
+        # The stop check's probe also lets MPI progress the messages that arrived meanwhile,
+        # so that the poll right after it sees them complete.
+        while not budget.exhausted(done):
             self.mailbox.poll(self._receive)
-            if budget.exhausted(done):
-                break
             ind = self._breed(done)
             self.evaluate(ind)
             if done == 0:

@@ -140,7 +140,13 @@ class Mailbox:
         self._pending = [(req, buf) for req, buf in self._pending if not req.Test()]
 
     def poll(self, handle: Handler) -> int:
-        """Receive and handle every message that has arrived; returns how many."""
+        """Handle every message whose receive has completed; returns how many.
+
+        Open MPI moves messages along inside any MPI call, but Testsome does so only after it
+        found nothing complete, so a message is seen here once some MPI call ran since it
+        arrived: the island loop's stop check (a probe) comes right before each poll, and the
+        drain polls repeatedly.
+        """
         count = 0
         while self._receives:
             statuses: list[Any] = []
