@@ -110,10 +110,10 @@ def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = 
         found = {proc.pid, *descendants(proc.pid)} if proc.poll() is None else \
             set(descendants(proc.pid))
         victims |= found
-        alive = [p for p in victims if _alive(p)]
-        if not alive:
+        living = [p for p in victims if alive(p)]
+        if not living:
             break
-        for pid in alive:
+        for pid in living:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -123,7 +123,8 @@ def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = 
     shutil.rmtree(MPI_TMPDIR / f"ompi.{proc.pid}", ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not count)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:

@@ -39,7 +39,17 @@ import pytest
 
 from atoll.record import open_run
 from atoll.restore import completed_count
-from conftest import ROOT, atoll_cmd, descendants, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
+from conftest import (
+    ROOT,
+    alive,
+    atoll_cmd,
+    descendants,
+    kill_tree,
+    mpi_env,
+    mpirun_atoll,
+    mpirun_cmd,
+    run,
+)
 
 SLOW_CONFIG = "tests/configs/slow_sphere.toml"
 SEARCH = ("search", "--config", "{config}", "--run-dir", "{run_dir}")
@@ -532,14 +542,6 @@ def rank_pids(launcher: int) -> dict[int, int]:
             if item.startswith(b"OMPI_COMM_WORLD_RANK="):
                 found[int(item.split(b"=", 1)[1])] = pid
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_killed_rank_ends_the_job_with_a_message_and_resume_completes_it(tmp_path: Path
