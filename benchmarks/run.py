@@ -99,7 +99,11 @@ utilisation = objective time / (ranks x wall); startup = earliest first-objectiv
 timestamp of any rank - the harness's timestamp just before it starts `mpirun`.
 On 2 cores, 4 or more ranks share the cores: "workers x wall" counts every rank's whole wall,
 so at zero objective cost the overhead is at least (ranks / cores) x the CPU time an
-evaluation costs the optimizer.
+evaluation costs the optimizer. With a sleeping objective (10 ms) every rank's bookkeeping
+runs right after a sleep, on cold caches: on this virtual machine one numpy `random()` takes
+about 0.5 us warm and 18 us right after a 10 ms sleep, and Atoll's breeding step 11 us and
+about 125 us (single process, measured while this benchmark was written). That is why the
+same bookkeeping costs more per evaluation at 10 ms than at 0 ms, on both sides.
 
 Repeated measurements report the best of N runs (lowest overhead, startup and recording time;
 highest throughput and utilisation), the two sides interleaved run by run: other processes on
