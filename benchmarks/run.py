@@ -118,7 +118,16 @@ functions, so that comparison alone would flip from one `make bench` to the next
 level {quality.ALPHA} (the chance of calling an equal optimizer worse on at least one of the 7
 functions is about 7%); the ratio column is P(an Atoll run beats a Propulate run), 0.5 = no
 difference. Both defaults are the same algorithm (see Atoll's `default_propagator`), so P near
-0.5 is the expected result.
+0.5 is the expected result. The judged rows give each evaluation {quality.SLEEP * 1e3:g} ms; the
+rows with free evaluations are reported without a target. With free evaluations, 4 ranks on 2
+cores run in the scheduler's time slices: a worker makes dozens of evaluations in one slice
+while its island partner waits, so what it knows when it breeds depends on the scheduler and
+on how cheap each side's bookkeeping is (the cheaper, the more evaluations it breeds without
+news), not on the algorithm. While this was written, runs with free evaluations gave Atoll's P
+on rosenbrock, ackley and griewank anywhere from 0.33 to 0.5 from one `make bench` to the next
+(one rosenbrock verdict would have failed at p = 0.005); with {quality.SLEEP * 1e3:g} ms
+evaluations the same code gave 0.43-0.51. Rosenbrock leaned towards Propulate (P about 0.4) in
+most runs either way: it may be a small real difference.
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides
