@@ -50,10 +50,10 @@ SETUP = f"""\
 Same machine, same run, same ranks, same objective functions (benchmarks/objectives.py: both
 optimizers call the same Python function, which sleeps `sleep` seconds and returns a benchmark
 function's value), same budgets, same seeds. Every search is a fresh `mpirun -n RANKS
---oversubscribe --bind-to none` launch (quality: one launch per side running all its searches
-one after the other), with the same Open MPI setting on every side: `OMPI_MCA_btl=^ofi`, the
-Makefile's tuning for machines without a fabric (libfabric's probing costs about 1 s of each
-`MPI_Init` here; the second startup row shows all sides without it).
+--oversubscribe --bind-to none` launch (quality: one launch per side and function running
+its 40 searches one after the other), with the same Open MPI setting on every side:
+`OMPI_MCA_btl=^ofi`, the Makefile's tuning for machines without a fabric (libfabric's probing
+costs about 1 s of each `MPI_Init` here; the second startup row shows all sides without it).
 
 - **Atoll** (`.venv`, atoll from app/): `atoll.search(config, run_dir)` per task
   (benchmarks/atoll_side.py), config: the objective `objectives:sleep_objective`, the
@@ -118,16 +118,12 @@ functions, so that comparison alone would flip from one `make bench` to the next
 level {quality.ALPHA} (the chance of calling an equal optimizer worse on at least one of the 7
 functions is about 7%); the ratio column is P(an Atoll run beats a Propulate run), 0.5 = no
 difference. Both defaults are the same algorithm (see Atoll's `default_propagator`), so P near
-0.5 is the expected result. The judged rows give each evaluation {quality.SLEEP * 1e3:g} ms; the
-rows with free evaluations are reported without a target. With free evaluations, 4 ranks on 2
-cores run in the scheduler's time slices: a worker makes dozens of evaluations in one slice
-while its island partner waits, so what it knows when it breeds depends on the scheduler and
-on how cheap each side's bookkeeping is (the cheaper, the more evaluations it breeds without
-news), not on the algorithm. While this was written, runs with free evaluations gave Atoll's P
-on rosenbrock, ackley and griewank anywhere from 0.33 to 0.5 from one `make bench` to the next
-(one rosenbrock verdict would have failed at p = 0.005); with {quality.SLEEP * 1e3:g} ms
-evaluations the same code gave 0.43-0.51. Rosenbrock leaned towards Propulate (P about 0.4) in
-most runs either way: it may be a small real difference.
+0.5 is the expected result. The sides alternate function by function, so that both meet the
+host in about the same state. While this was written, verdicts still moved between runs more
+than 40 seeds should allow: rosenbrock and rastrigin each came out significantly worse for
+Atoll in some runs (P down to 0.27-0.33) and even in others, also with 2 ms evaluations, when
+each side ran all its searches in one launch. Either the host's state still sways asynchronous
+runs, or there is a small real difference; it is not settled.
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides

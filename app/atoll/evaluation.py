@@ -51,12 +51,17 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
              timeout: float = 0.0) -> tuple[float, Status, str]:
     """Call the objective; failures are data: (nan, FAILED, "Type: first line of message")."""
     try:
-        with time_limit(timeout):
+        if timeout > 0:
+            with time_limit(timeout):
+                value = objective(params, ctx)
+        else:  # the usual case: no timer, and none of its machinery on every evaluation
             value = objective(params, ctx)
     except Exception as exc:  # noqa: BLE001 - any user error becomes a failed individual
         log.warning("individual %d failed", ctx.individual_id, exc_info=True)
         first_line = (str(exc).splitlines() or [""])[0]
         return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
+    if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
+        return value, Status.OK, ""
     # Real numbers, numpy scalars and 0-d tensors (via __float__) count; bools and strings not.
     number_like = isinstance(value, numbers.Real) or hasattr(value, "__float__")
     if isinstance(value, bool) or not number_like:

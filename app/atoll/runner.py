@@ -276,13 +276,14 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
     sink = log_file.add_epoch if log_file is not None else None
     weights = keeper.offer if keeper is not None else None
 
+    shared = topo.worker_comm.Get_size() > 1  # a multi-rank worker
+
     def should_stop() -> bool:
         """The same answer on every rank of the worker (one small allreduce per epoch)."""
         from mpi4py import MPI
 
         wanted = stop.requested()
-        return bool(topo.worker_comm.allreduce(wanted, op=MPI.LOR)) \
-            if topo.worker_comm.Get_size() > 1 else wanted
+        return bool(topo.worker_comm.allreduce(wanted, op=MPI.LOR)) if shared else wanted
 
     def evaluator(ind: Individual) -> None:
         ctx = Context(comm=topo.worker_comm, individual_id=ind.id, seed=config.seed,
@@ -294,7 +295,7 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(objective, ind.params, ctx,
                                                    config.search.eval_timeout)
-        if topo.worker_comm.Get_size() > 1:
+        if shared:
             _agree_on_failure(topo.worker_comm, ind)
         ind.finished = time.time()
         if ctx.interrupted:
