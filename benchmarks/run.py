@@ -1,7 +1,7 @@
 """`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
-                                        quality,recording]
+                                        quality,propagators,recording]
 
 Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
 prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
@@ -20,6 +20,7 @@ from pathlib import Path
 import common
 import ddp_setup
 import ddp_throughput
+import propagators
 import quality
 import recording
 import scale
@@ -29,7 +30,8 @@ from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
-                "quality": quality, "recording": recording}
+                "quality": quality, "propagators": propagators,
+                "recording": recording}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
@@ -87,6 +89,10 @@ costs about 1 s of each `MPI_Init` here; the second startup row shows all sides 
   data re-read, 2 re-spawned loader workers, per individual) for setup, and a 1-rank worker for
   throughput; both on digits with a 2-rank gloo worker on this 2-core CPU machine (not a GPU
   result). Setup compares the medians of individuals 2..6 (the first pays one-time imports).
+- **propagator alone** (benchmarks/propagators.py, sequential_side.py): each side's default
+  propagator in a plain loop in one process (no MPI, no asynchrony), population size 4, 400
+  evaluations, 200 seeds, each side with its own RNG: the algorithms compared without the
+  timing of an asynchronous search. A report, not a target.
 - **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
   as often as a worker of the optimizers does, between two barriers; no optimizer at all.
 
