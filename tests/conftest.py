@@ -29,6 +29,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(MPI_TMPDIR, ignore_errors=True)
 
 
+def _remove_session_dir(launcher_pid: int) -> None:
+    """What a killed launcher left under MPI_TMPDIR."""
+    shutil.rmtree(MPI_TMPDIR / f"ompi.{launcher_pid}", ignore_errors=True)
+
+
 def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -63,7 +68,7 @@ def _run_once(cmd: list[str], timeout: float, cwd: Path | None,
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        shutil.rmtree(MPI_TMPDIR / f"ompi.{proc.pid}", ignore_errors=True)
+        _remove_session_dir(proc.pid)
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out}\n{err}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
@@ -120,7 +125,7 @@ def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = 
                 pass
         time.sleep(0.05)
     proc.wait()
-    shutil.rmtree(MPI_TMPDIR / f"ompi.{proc.pid}", ignore_errors=True)
+    _remove_session_dir(proc.pid)
 
 
 def alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ import numbers
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
@@ -24,17 +24,21 @@ class EvaluationTimeout(TimeoutError):
     """The evaluation ran past ``search.eval_timeout``."""
 
 
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float) -> AbstractContextManager[None]:
     """Raise :class:`EvaluationTimeout` inside the block after ``seconds`` (0: no limit).
 
     SIGALRM interrupts Python code and sleeps, but not a C call that does not return (a
     blocking MPI call, a long native kernel): such runaways end only when the call returns.
+    Without a limit (the usual case) the block runs under a no-op context, cheap enough for
+    every evaluation.
     """
     if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+        return nullcontext()
+    return _alarm(seconds)
 
+
+@contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
     def expire(signum: int, frame: FrameType | None) -> None:
         raise EvaluationTimeout(f"evaluation exceeded search.eval_timeout = {seconds:g} s")
 
@@ -51,26 +55,26 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
              timeout: float = 0.0) -> tuple[float, Status, str]:
     """Call the objective; failures are data: (nan, FAILED, "Type: first line of message")."""
     try:
-        if timeout > 0:
-            with time_limit(timeout):
-                value = objective(params, ctx)
-        else:  # the usual case: no timer, and none of its machinery on every evaluation
+        with time_limit(timeout):
             value = objective(params, ctx)
     except Exception as exc:  # noqa: BLE001 - any user error becomes a failed individual
         log.warning("individual %d failed", ctx.individual_id, exc_info=True)
         first_line = (str(exc).splitlines() or [""])[0]
         return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
-    if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
-        return value, Status.OK, ""
-    # Real numbers, numpy scalars and 0-d tensors (via __float__) count; bools and strings not.
-    number_like = isinstance(value, numbers.Real) or hasattr(value, "__float__")
-    if isinstance(value, bool) or not number_like:
-        return math.nan, Status.FAILED, \
-            f"TypeError: objective returned {type(value).__name__}, not a number"
-    try:
-        loss = float(value)
-    except (TypeError, ValueError) as exc:
-        return math.nan, Status.FAILED, f"TypeError: objective returned an unusable value ({exc})"
+    if type(value) is float:  # the common case: nothing to check but finiteness
+        loss = value
+    else:
+        # Real numbers, numpy scalars and 0-d tensors (via __float__) count; bools and strings
+        # not.
+        number_like = isinstance(value, numbers.Real) or hasattr(value, "__float__")
+        if isinstance(value, bool) or not number_like:
+            return math.nan, Status.FAILED, \
+                f"TypeError: objective returned {type(value).__name__}, not a number"
+        try:
+            loss = float(value)
+        except (TypeError, ValueError) as exc:
+            return math.nan, Status.FAILED, \
+                f"TypeError: objective returned an unusable value ({exc})"
     if not math.isfinite(loss):
         return math.nan, Status.FAILED, f"ValueError: objective returned a non-finite loss ({loss})"
     return loss, Status.OK, ""

@@ -53,7 +53,6 @@ class Codec:
     """
 
     def __init__(self, space: Space) -> None:
-        self.space = space
         codes = "".join(code for _, code in _FIXED) + "".join(
             "d" if isinstance(p, FloatParam) else "q" if isinstance(p, IntParam) else "i"
             for p in space.params)

@@ -183,7 +183,6 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
         stop.deadline = t0 + config.search.wall_time
     remaining = max(job.budget - job.done, 0)
     budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
-    start = time.time()
     try:
         run_worker = _prepare_worker(job, paths, topo, objective, stop)
         comm.Barrier()  # the search (and its wall time) starts together on every rank
