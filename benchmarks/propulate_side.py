@@ -4,8 +4,8 @@ python propulate_side.py TASKS.json OUT.json
 Each task is one ``propulate.Islands`` run with Propulate's default propagator
 (``get_default_propagator`` with its default probabilities), real migration
 (``pollination=False``), the task's ``run_dir`` as checkpoint directory (Propulate pickles the
-island's population there every generation), and the usual seeding of Propulate's tutorials
-(``random.Random(seed + world rank)``). Wall time is measured like Atoll's: between barriers
+island's population there every generation), and one random stream per seed and rank
+(``random.Random("seed:rank")``; see ``run`` for why not the tutorials' ``seed + rank``). Wall time is measured like Atoll's: between barriers
 around ``propulate()``; objective time is summed in the loss wrapper.
 """
 
@@ -39,7 +39,10 @@ def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
         spent["best"] = min(spent["best"], loss)
         return loss
 
-    rng = random.Random(task["seed"] + comm.Get_rank())
+    # Not Propulate's tutorial seeding (seed + rank): with it, seed s on rank r draws the same
+    # stream as seed s + 1 on rank r - 1, so a sweep over consecutive seeds reuses streams and
+    # its runs are not independent samples. A string seed gives every (seed, rank) its own.
+    rng = random.Random(f"{task['seed']}:{comm.Get_rank()}")
     propagator = get_default_propagator(task["pop_size"], limits, rng=rng)
     islands = Islands(
         loss_fn, propagator, rng, generations=task["evals_per_worker"],
