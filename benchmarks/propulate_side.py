@@ -5,8 +5,9 @@ Each task is one ``propulate.Islands`` run with Propulate's default propagator
 (``get_default_propagator`` with its default probabilities), real migration
 (``pollination=False``), the task's ``run_dir`` as checkpoint directory (Propulate pickles the
 island's population there every generation), and one random stream per seed and rank
-(``random.Random("seed:rank")``; see ``run`` for why not the tutorials' ``seed + rank``). Wall time is measured like Atoll's: between barriers
-around ``propulate()``; objective time is summed in the loss wrapper.
+(``random.Random("seed:rank")``; see ``run`` for why not the tutorials' ``seed + rank``).
+Wall time is measured like Atoll's: between barriers around ``propulate()``; objective time
+is summed in the loss wrapper.
 """
 
 from __future__ import annotations

@@ -103,6 +103,20 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def rank_pids(launcher: int) -> dict[int, int]:
+    """World rank -> pid of the launcher's rank processes (from their environment)."""
+    found = {}
+    for pid in descendants(launcher):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                found[int(item.split(b"=", 1)[1])] = pid
+    return found
+
+
 def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = signal.SIGKILL
               ) -> None:
     """Send ``sig`` to a launcher and every process it started, until none is left alive.

@@ -43,11 +43,11 @@ from conftest import (
     ROOT,
     alive,
     atoll_cmd,
-    descendants,
     kill_tree,
     mpi_env,
     mpirun_atoll,
     mpirun_cmd,
+    rank_pids,
     run,
 )
 
@@ -529,20 +529,6 @@ def test_the_catalogue_covers_the_issue() -> None:
 
 
 # -- a rank lost to a hard kill -----------------------------------------------------------------
-
-def rank_pids(launcher: int) -> dict[int, int]:
-    """World rank -> pid of the launcher's rank processes (from their environment)."""
-    found = {}
-    for pid in descendants(launcher):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in environ:
-            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
-                found[int(item.split(b"=", 1)[1])] = pid
-    return found
-
 
 def test_a_killed_rank_ends_the_job_with_a_message_and_resume_completes_it(tmp_path: Path
                                                                           ) -> None:

@@ -14,23 +14,9 @@ import pytest
 from atoll.individual import Status
 from atoll.record import open_run
 from atoll.restore import completed_count
-from conftest import ROOT, descendants, mpi_env, mpirun_atoll, mpirun_cmd
+from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids
 
 CONFIG = "tests/configs/slow_sphere.toml"
-
-
-def rank_pids(launcher: subprocess.Popen[str]) -> list[int]:
-    """The Python rank processes under a launcher, in start order."""
-    pids = []
-    for pid in descendants(launcher.pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(part.endswith(b"python") or b"python3" in part for part in cmdline[:1]) and \
-                b"atoll" in cmdline:
-            pids.append(pid)
-    return sorted(pids)
 
 
 def started(run_dir: Path, ranks: int, *settings: str) -> subprocess.Popen[str]:
@@ -56,9 +42,9 @@ def test_signal_on_one_rank_stops_every_rank_with_75_and_resume_finishes(tmp_pat
     budget = 4 // k * 150
     proc = started(run_dir, 4, "search.generations=150", f"search.ranks_per_worker={k}",
                    "search.islands=2")
-    pids = rank_pids(proc)
-    assert len(pids) == 4, pids
-    os.kill(pids[which], sig)
+    ranks = rank_pids(proc.pid)
+    assert sorted(ranks) == [0, 1, 2, 3], ranks
+    os.kill(ranks[which % 4], sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-2000:]
     run = open_run(run_dir)
