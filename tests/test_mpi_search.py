@@ -102,17 +102,23 @@ def test_island_search_invariants(tmp_path, ranks, k, islands, mode):
 
 
 def test_search_beats_random_search_of_the_same_budget_on_sphere(tmp_path):
+    """The median of 5 searches beats half the median random search of the same budget.
+
+    Asynchronous runs vary: about 1 in 12 of these searches ends above 1.2 (the median is about
+    0.3, a random search's 5.5), so one or three runs would make a flaky test; a search that
+    does no better than random fails it almost surely.
+    """
     generations, ranks, dims = 50, 4, 5
     bests = []
-    for seed in (1, 2, 3):
-        run_dir = search(tmp_path, ranks, f"seed={seed}", "objective.dimensions=5",
+    for seed in (1, 2, 3, 4, 5):
+        run_dir = search(tmp_path, ranks, f"seed={seed}", f"objective.dimensions={dims}",
                          f"search.generations={generations}", name=f"s{seed}")
         bests.append(float(np.nanmin(open_run(run_dir).individuals["loss"])))
     rng = np.random.default_rng(0)
     budget = generations * ranks
     random_bests = [float(np.min(np.sum(rng.uniform(-5.12, 5.12, (budget, dims)) ** 2, axis=1)))
                     for _ in range(50)]
-    assert np.median(bests) < 0.25 * np.median(random_bests), (bests, np.median(random_bests))
+    assert np.median(bests) < 0.5 * np.median(random_bests), (bests, np.median(random_bests))
 
 
 def test_max_evaluations_caps_the_total_across_workers(tmp_path):
