@@ -106,6 +106,18 @@ def garbage_worker_file(s: Setup) -> Placeholders:
     return None
 
 
+def garbage_results_file(s: Setup) -> Placeholders:
+    existing_run(s)
+    (s.run_dir / "results.h5").write_bytes(b"not hdf5 at all\n")
+    return None
+
+
+def garbage_results_file_alone(s: Setup) -> Placeholders:
+    s.run_dir.mkdir()
+    (s.run_dir / "results.h5").write_bytes(b"not hdf5 at all\n")
+    return None
+
+
 def newer_schema(s: Setup) -> Placeholders:
     existing_run(s)
     with h5py.File(s.run_dir / "run.h5", "r+") as f:
@@ -421,6 +433,14 @@ CASES = [
          "atoll: error: {run_dir}/workers/job000-worker00000.h5: damaged or not an HDF5 file "
          "(Unable to synchronously open file (file signature not found)); move it out of "
          "{run_dir}/workers to resume without its rows", setup=garbage_worker_file),
+    Case("garbage_results_file_given", ("inspect", "{run_dir}/results.h5"),
+         "atoll: error: {run_dir}/results.h5: damaged or not an HDF5 file (Unable to "
+         "synchronously open file (file signature not found)); read the run from its worker "
+         "files instead: atoll inspect {run_dir}", setup=garbage_results_file),
+    Case("garbage_results_file_alone", INSPECT,
+         "atoll: error: {run_dir}/results.h5: damaged or not an HDF5 file (Unable to "
+         "synchronously open file (file signature not found)); no worker files are beside it "
+         "to read the run from; restore it from a backup", setup=garbage_results_file_alone),
     Case("newer_schema", RESUME,
          "atoll: error: {run_dir}/run.h5: written with record schema version 99, but this atoll "
          "reads up to version 1; upgrade atoll to read or resume this run", setup=newer_schema),

@@ -138,6 +138,13 @@ def _hint(path: Path) -> str:
     return f"move it out of {path.parent} to read the rest of the run"
 
 
+def _results_hint(path: Path) -> str:
+    """results.h5 is a copy made from the worker files; where they are, read those instead."""
+    if RunPaths(path.parent).worker_files():
+        return f"read the run from its worker files instead: atoll inspect {path.parent}"
+    return "no worker files are beside it to read the run from; restore it from a backup"
+
+
 def _read_run_file(paths: RunPaths, workers: list[Path]
                    ) -> tuple[Space, dict[str, Any], dict[str, Any], np.ndarray]:
     """Space, config table, metadata and jobs; the space from a worker file if run.h5 is gone."""
@@ -166,8 +173,7 @@ def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
 
 
 def _read_results(path: Path) -> RunData:
-    with open_h5(path, hint="consolidate the run again from its worker files",
-                 kind=RESULTS_KIND) as f:
+    with open_h5(path, hint=_results_hint(path), kind=RESULTS_KIND) as f:
         stored = json_attr(f, "space", path)
         config_table = json_attr(f, "config_json", path)
         meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
