@@ -1,9 +1,19 @@
-"""One side's default propagator alone, in a plain loop: python sequential_side.py SIDE FUNCTION
-SEEDS EVALUATIONS POP_SIZE prints the best loss of each seed as JSON.
+"""One side's search logic in one process, without MPI or timing:
 
-No MPI, no asynchrony: breed from everything evaluated so far, evaluate, repeat. SIDE "atoll"
-runs from Atoll's venv, "propulate" from Propulate's; each side uses its own RNG, seeded with
-1000 + seed.
+    python sequential_side.py SIDE FUNCTION SEEDS EVALUATIONS POP_SIZE [BURST]
+
+prints the best loss of each seed as JSON. Without BURST: the default propagator alone in a
+plain loop (breed from everything evaluated so far, evaluate, repeat). With BURST: the island
+model, 4 workers on 2 islands with real migration (probability 0.1 per worker and evaluation,
+1 migrant), EVALUATIONS / 4 per worker, driven in a fixed schedule: workers 0, 1, 2, 3 take
+turns, each running BURST evaluations in a row, and every message arrives at once. BURST 1 is
+a perfectly even interleaving; a larger BURST is what an oversubscribed core does to fast
+evaluations (a rank runs many in one time slice while its island partner waits for the core).
+
+SIDE "atoll" runs from Atoll's venv and drives ``IslandLoop.step`` over an in-memory mailbox;
+"propulate" runs from Propulate's and drives its own ``Migrator`` methods, in the order of its
+``propulate()`` loop, over in-memory communicators. Each side uses its own RNGs, seeded from
+1000 + seed (and the worker).
 """
 
 from __future__ import annotations
@@ -52,11 +62,160 @@ def propulate_run(function: str, seed: int, evaluations: int, pop_size: int) -> 
     return min(ind.loss for ind in population)
 
 
+WORKERS, ISLANDS, MIGRATION_PROBABILITY = 4, 2, 0.1
+
+
+def _turns(per_worker: int, burst: int) -> list[int]:
+    """Which worker runs each evaluation: 0, 1, 2, 3 in turn, ``burst`` evaluations each."""
+    return [w for _ in range(0, per_worker, burst) for w in range(WORKERS) for _ in range(burst)]
+
+
+def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
+                  burst: int) -> float:
+    from dataclasses import replace
+
+    from atoll.evolution import default_propagator
+    from atoll.individual import Status
+    from atoll.island import IslandLoop, MigrationPolicy
+    from atoll.protocol import Tag
+    from atoll.space import Space
+    from atoll.topology import Layout
+
+    f, low, high, dims = FUNCTIONS[function]
+    space = Space.from_dict({f"x{i}": {"type": "float", "low": low, "high": high}
+                             for i in range(dims)})
+    inboxes: list[list] = [[] for _ in range(WORKERS)]
+    best = [float("inf")]
+
+    class Mailbox:  # delivers at once; a copy, as a decoded message would be
+        def __init__(self, me: int) -> None:
+            self.me = me
+
+        def send_individual(self, tag: Tag, ind, to) -> None:
+            for dest in to:
+                inboxes[dest].append((tag, self.me, replace(ind, params=dict(ind.params))))
+
+        def send_deactivate(self, ind_id: int, version: int, to) -> None:
+            for dest in to:
+                inboxes[dest].append((Tag.DEACTIVATE, self.me, (ind_id, version)))
+
+        def poll(self, handle) -> None:
+            arrived, inboxes[self.me][:] = list(inboxes[self.me]), []
+            for message in arrived:
+                handle(*message)
+
+    class NoRecord:
+        def add_individual(self, ind) -> None: ...
+        def add_migration(self, *args) -> None: ...
+        def maybe_flush(self, now=None) -> bool: return False
+        def flush(self) -> None: ...
+
+    def evaluate(ind) -> None:
+        ind.loss = float(f(np.array([ind.params[k] for k in space.names])))
+        ind.status = Status.OK
+        best[0] = min(best[0], ind.loss)
+
+    loops = [IslandLoop(layout=Layout(WORKERS, 1, ISLANDS), worker=w, mailbox=Mailbox(w),
+                        propagator=default_propagator(space, pop_size), evaluate=evaluate,
+                        recorder=NoRecord(),
+                        migration=MigrationPolicy("migration", MIGRATION_PROBABILITY, 1),
+                        rng=np.random.default_rng([1000 + seed, 0, w])) for w in range(WORKERS)]
+    done = [0] * WORKERS
+    for w in _turns(evaluations // WORKERS, burst):
+        loops[w].step(done[w])
+        done[w] += 1
+    return best[0]
+
+
+def propulate_islands(function: str, seed: int, evaluations: int, pop_size: int,
+                      burst: int) -> float:
+    import copy
+    import random
+
+    from mpi4py import MPI
+    from propulate.migrator import Migrator
+    from propulate.propagators import SelectMin
+    from propulate.utils import get_default_propagator
+
+    f, low, high, dims = FUNCTIONS[function]
+    limits = {f"x{i}": (float(low), float(high)) for i in range(dims)}
+    queues: dict[tuple[str, int], list] = {}
+    best = [float("inf")]
+
+    class Comm:  # the calls Migrator makes, on in-memory queues; delivers at once
+        def __init__(self, name: str, rank: int, size: int, base: int) -> None:
+            self.name, self.rank, self.size, self.base = name, rank, size, base
+
+        def send(self, obj, dest: int, tag: int) -> None:
+            queues.setdefault((self.name, self.base + dest), []).append(
+                (self.rank, tag, copy.deepcopy(obj)))
+
+        def _queue(self) -> list:
+            return queues.setdefault((self.name, self.base + self.rank), [])
+
+        def _find(self, source: int, tag: int) -> int | None:
+            for i, (s, t, _) in enumerate(self._queue()):
+                if t == tag and source in (s, MPI.ANY_SOURCE):
+                    return i
+            return None
+
+        def iprobe(self, source: int, tag: int, status: MPI.Status) -> bool:
+            i = self._find(source, tag)
+            if i is not None:
+                status.Set_source(self._queue()[i][0])
+            return i is not None
+
+        def recv(self, source: int, tag: int):
+            return self._queue().pop(self._find(source, tag))[2]
+
+    def loss(ind) -> float:
+        value = float(f(np.array([ind[k] for k in limits])))
+        best[0] = min(best[0], value)
+        return value
+
+    per_island = WORKERS // ISLANDS
+    topology = np.ones((ISLANDS, ISLANDS), dtype=int)
+    np.fill_diagonal(topology, 0)
+    workers = []
+    for w in range(WORKERS):
+        island, rank = divmod(w, per_island)
+        rng = random.Random(f"{1000 + seed}:{w}")
+        m = object.__new__(Migrator)  # its __init__ wants real communicators and checkpoints
+        m.loss_fn, m.rng = loss, rng
+        m.propagator = get_default_propagator(pop_size, limits, rng=rng)
+        m.generations, m.generation, m.island_idx = evaluations // WORKERS, 0, island
+        m.island_comm = Comm("island", rank, per_island, island * per_island)
+        m.propulate_comm = Comm("world", w, WORKERS, 0)
+        m.worker_sub_comm, m.surrogate = MPI.COMM_SELF, None
+        m.migration_prob = MIGRATION_PROBABILITY  # per worker, as Islands computes it
+        m.migration_topology, m.emigration_propagator = topology, SelectMin
+        m.island_displs = np.arange(0, WORKERS, per_island)
+        m.island_counts = np.full(ISLANDS, per_island)
+        m.population, m.emigrated = [], []
+        workers.append(m)
+    for w in _turns(evaluations // WORKERS, burst):
+        m = workers[w]  # one pass of Migrator.propulate()'s loop, checkpoints left out
+        m._evaluate_individual()
+        m._receive_intra_island_individuals()
+        if m.rng.random() < m.migration_prob:
+            m._send_emigrants()
+        m._receive_immigrants()
+        m._deactivate_emigrants()
+        m.generation += 1
+    return best[0]
+
+
 def main() -> None:
     side, function = sys.argv[1], sys.argv[2]
     seeds, evaluations, pop_size = map(int, sys.argv[3:6])
-    run = atoll_run if side == "atoll" else propulate_run
-    print(json.dumps([run(function, seed, evaluations, pop_size) for seed in range(seeds)]))
+    if len(sys.argv) > 6:
+        burst = int(sys.argv[6])
+        islands = atoll_islands if side == "atoll" else propulate_islands
+        best = [islands(function, seed, evaluations, pop_size, burst) for seed in range(seeds)]
+    else:
+        run = atoll_run if side == "atoll" else propulate_run
+        best = [run(function, seed, evaluations, pop_size) for seed in range(seeds)]
+    print(json.dumps(best))
 
 
 if __name__ == "__main__":

@@ -111,28 +111,34 @@ class IslandLoop:
         # The stop check's probe also lets MPI progress the messages that arrived meanwhile,
         # so that the poll right after it sees them complete.
         while not budget.exhausted(done):
-            self.mailbox.poll(self._receive)
-            ind = self._breed(done)
-            self.evaluate(ind)
-            if done == 0:
-                self.stats.first_evaluation = ind.started
-            self.stats.objective_seconds += ind.finished - ind.started
+            self.step(done)
             done += 1
-            self.stats.completed += ind.status != Status.INTERRUPTED
-            self.population.learn(ind)
-            self.recorder.add_individual(ind)
-            self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
-            self._until_emigration -= 1
-            if self._until_emigration <= 0:
-                self._emigrate()
-                self._until_emigration = self._emigration_gap()
-            self.recorder.maybe_flush()
         self.stats.evaluations = done
         # Write this worker's rows now, while other workers may still be evaluating: at the
         # very end every leader would flush at once, and on a crowded node they queue for it.
         self.recorder.flush()
         self.mailbox.drain(self._receive)
         return self.stats
+
+    def step(self, generation: int) -> None:
+        """One evaluation's cycle: take in what arrived, breed, evaluate, tell the island,
+        maybe send emigrants. Public so that a harness can drive several loops in one process
+        in a schedule of its choosing (benchmarks/sequential_side.py)."""
+        self.mailbox.poll(self._receive)
+        ind = self._breed(generation)
+        self.evaluate(ind)
+        if generation == 0:
+            self.stats.first_evaluation = ind.started
+        self.stats.objective_seconds += ind.finished - ind.started
+        self.stats.completed += ind.status != Status.INTERRUPTED
+        self.population.learn(ind)
+        self.recorder.add_individual(ind)
+        self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
+        self._until_emigration -= 1
+        if self._until_emigration <= 0:
+            self._emigrate()
+            self._until_emigration = self._emigration_gap()
+        self.recorder.maybe_flush()
 
     def _breed(self, generation: int) -> Individual:
         child = self.propagator(self.population.ranked, self.rng)[0]
