@@ -3,8 +3,9 @@
 Each task is one search through the Python API (``atoll.search``) with default recording (HDF5
 worker logs, flush_interval 5 s) into the task's ``run_dir``. Wall and objective time are
 Atoll's own (JobSummary.wall_seconds between the barriers around the search loop,
-JobSummary.objective_seconds summed over workers). The best loss and the number of recorded
-individuals are read back from the record afterwards (not timed).
+JobSummary.objective_seconds summed over workers). The best loss, the number of recorded
+individuals and the median time between a worker's evaluations are read back from the record
+afterwards (not timed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from atoll.api import search
@@ -36,6 +38,17 @@ def config_table(task: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def between_evaluations(individuals: np.ndarray) -> float:
+    """Median seconds from the end of one evaluation to the start of the same worker's next:
+    the island loop's own time per evaluation, without the job's start and end."""
+    gaps = []
+    for worker in np.unique(individuals["worker"]):
+        mine = individuals[individuals["worker"] == worker]
+        mine = mine[np.argsort(mine["started"])]
+        gaps.append(mine["started"][1:] - mine["finished"][:-1])
+    return float(np.median(np.concatenate(gaps)))
+
+
 def main() -> None:
     tasks = json.loads(Path(sys.argv[1]).read_text())
     comm = MPI.COMM_WORLD
@@ -49,7 +62,7 @@ def main() -> None:
                 "objective_seconds": summary.objective_seconds,
                 "first_evaluation_seconds": summary.first_evaluation_seconds,
                 "recorded": len(recorded), "best": float(recorded["loss"].min()),
-                "ranks": comm.Get_size()})
+                "gap": between_evaluations(recorded), "ranks": comm.Get_size()})
     if comm.Get_rank() == 0:
         Path(sys.argv[2]).write_text(json.dumps(results))
 
