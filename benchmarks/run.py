@@ -128,29 +128,35 @@ difference. Both defaults are the same algorithm (see Atoll's `default_propagato
 0.5 is the expected result. The sides alternate function by function, so that both meet the
 host in about the same state.
 
-Seeding matters for this test. Propulate's tutorials seed each rank with `seed + rank`, so seed
-s on rank r draws the same stream as seed s + 1 on rank r - 1, and a sweep over consecutive
-seeds reuses its streams: the runs are not independent samples, and the rank test then
-compares against one shared draw. While this benchmark was written, that draw was a lucky one
-for Propulate on rosenbrock: its median best loss was 0.02 over seeds 1-40 and 0.06 over
-41-80 (Atoll 0.05 on both), and every `make bench` reran the same seeds, so Atoll "failed"
-rosenbrock in half the runs. Now Propulate's side gets a stream per seed and rank (the string
-seed "seed:rank"; Atoll's generators are seeded with [seed, job, worker] and never shared), and
-all seven verdicts passed in two runs in a row; on 200 seeds (101-300)
-rosenbrock gave P = 0.47 (p = 0.16) both with 0 ms and with 2 ms evaluations, rastrigin
-P = 0.45 (p = 0.06).
-
-Schwefel shows a real difference at 200 seeds, which 40 seeds rarely detect: P = 0.43
-(p = 0.01) with 0 ms and P = 0.39 (p = 0.0001) with 2 ms evaluations. Its runs either find the
-global basin in every coordinate (best loss below 60) or not, and Propulate's runs found it in
-51-57% of the 200, Atoll's in 40-49% (four repeats). The difference lies in migration alone:
-with isolated islands both sides found it in 34-37% of the runs, with pollination in 49-50%
-(Propulate's pollination 49%), and the propagators alone compare equal (below). Both sides
-migrate equally often (about 41 emigrants per search) and end with consistent populations (no
-individual active on two islands, island partners holding the same active set). What makes
-Propulate's migration help more is not found. One visible difference is its cost: a Propulate
-search with migration took 5 times as long as one without (150 s against 29 s for these 200
-searches), so its workers breed at other times relative to each other than Atoll's do.
+The verdict is taken with evaluations that cost {quality.JUDGED_SLEEP * 1e3:g} ms; free (0 ms)
+evaluations are reported beside it, not judged. Free evaluations on 4 ranks sharing 2 cores
+compare how the operating system schedules the two loops, not the two searches. Measured while
+this benchmark was written, on schwefel (its runs either find the global basin in every
+coordinate, best loss below 60, or not; 200 seeds a batch):
+- With 2 ms evaluations the sides compare equal: P = 0.48 (p = 0.27) on seeds 101-300 and
+  0.51 (p = 0.68) on 301-500; Atoll found the basin in 50-51% of the runs, Propulate in 53%.
+- With free evaluations Atoll found it in 44-46% of the runs (three batches; 40-49% in
+  earlier ones), Propulate in 51-58%, and the rank test gave P = 0.43 (p = 0.01) on 200
+  seeds: a real difference.
+- The logic is not the cause. The island-model rows below drive both sides' own code in one
+  process, in a fixed schedule, with messages delivered at once: P = 0.48 with even turns and
+  with turns of 10 evaluations. Bursty turns cost both sides alike: in 1000 such searches the
+  basin rate of Atoll's logic fell from 51% (even turns) to 45% (turns of 10), Propulate's from
+  52% to 47% (600 searches).
+- Why bursts hurt migration (and not isolated islands or pollination, which compare equal at
+  0 ms too): a worker that runs several evaluations while its island partner waits for a core
+  often emigrates its freshest best individual before the partner has bred from it, so the
+  island that found it loses it. Atoll's loop costs about 0.1 ms per evaluation, so on an
+  oversubscribed core a rank can run many in one time slice (at the start of a search above
+  all); Propulate's costs milliseconds (it pickles its population every generation), so its
+  ranks interleave. On a node with a core (or GPU) per rank, or with evaluations that take
+  time, Atoll's workers interleave as evenly as Propulate's.
+- Seeding matters too. Propulate's tutorials seed each rank with `seed + rank`, so seed s on
+  rank r draws the same stream as seed s + 1 on rank r - 1: a sweep over consecutive seeds
+  reuses streams, and the runs are not independent samples (on rosenbrock that once made
+  Propulate's 40 runs a lucky draw: median 0.02 over seeds 1-40, 0.06 over 41-80). Propulate's
+  side gets a stream per seed and rank (the string seed "seed:rank"); Atoll's generators are
+  seeded with [seed, job, worker] and never shared.
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides
