@@ -26,6 +26,32 @@ def test_version_and_help():
         assert done.returncode == 0 and "Usage: atoll" in done.stdout
 
 
+USAGE_ERRORS = [
+    (["search", "--config", "examples/sphere.toml"],
+     "atoll: error: Missing option '--run-dir'; see 'atoll search --help'"),
+    (["search", "--bogus"], "atoll: error: No such option '--bogus'; see 'atoll search --help'"),
+    (["serch"], "atoll: error: No such command 'serch'. Did you mean 'search'? See "
+                "'atoll --help'"),
+    (["inspect"], "atoll: error: Missing argument 'RUN_DIR'; see 'atoll inspect --help'"),
+    (["search", "--run-dir", "r", "--top", "x"],
+     "atoll: error: Invalid value for '--top': 'x' is not a valid integer; "
+     "see 'atoll search --help'"),
+]
+
+
+@pytest.mark.parametrize(("args", "line"), USAGE_ERRORS)
+def test_usage_errors_are_one_line_and_exit_2(args, line, tmp_path):
+    done = run(atoll_cmd(*args), cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_bare_atoll_shows_the_help():
+    done = run(atoll_cmd())
+    assert done.returncode in (0, 2)  # click < 8.2 exits 0 here, later ones 2
+    assert "Usage: atoll [OPTIONS] COMMAND" in done.stdout + done.stderr
+
+
 def test_help_imports_neither_torch_nor_mpi_nor_h5py():
     modules = imported_modules("--help")
     assert not modules & {"torch", "mpi4py", "h5py", "numpy"}, modules

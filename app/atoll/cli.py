@@ -147,7 +147,23 @@ def inspect(run_dir: Path, top: int, debug: bool) -> None:
 
 
 def main() -> None:
-    cli(prog_name="atoll")
+    """The ``atoll`` entry point: a usage error (unknown option, missing argument) is one line
+    and exit code 2, like every other bad input, instead of click's usage block."""
+    from atoll.logs import launcher_rank
+
+    try:
+        code = cli.main(prog_name="atoll", standalone_mode=False)
+    except click.UsageError as exc:
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+            exc.show()  # plain `atoll`: the help text, as click prints it (click >= 8.2)
+            sys.exit(exc.exit_code)
+        where = exc.ctx.command_path if exc.ctx is not None else "atoll"
+        message = exc.format_message().rstrip(".")
+        see = " See" if message.endswith("?") else "; see"  # after "Did you mean 'x'?"
+        _fail(f"{message}{see} '{where} --help'", launcher_rank())
+    except click.Abort:  # Ctrl-C at a click prompt (none today); keep click's exit code
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
