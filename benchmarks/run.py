@@ -52,8 +52,9 @@ SETUP = f"""\
 Same machine, same run, same ranks, same objective functions (benchmarks/objectives.py: both
 optimizers call the same Python function, which sleeps `sleep` seconds and returns a benchmark
 function's value), same budgets, same seeds. Every search is a fresh `mpirun -n RANKS
---oversubscribe --bind-to none` launch (quality: one launch per side and function running
-its 40 searches one after the other), with the same Open MPI setting on every side:
+--oversubscribe --bind-to none` launch (quality: one launch per side, function and
+evaluation cost, running its 40 searches one after the other), with the same Open MPI setting
+on every side:
 `OMPI_MCA_btl=^ofi`, the Makefile's tuning for machines without a fabric (libfabric's probing
 costs about 1 s of each `MPI_Init` here; the second startup row shows all sides without it).
 
