@@ -21,7 +21,7 @@ from mpi4py import MPI
 from atoll.api import search
 from atoll.config import parse_config
 from atoll.record import read_completed
-from objectives import space
+from objectives import space_table
 
 
 def config_table(task: dict[str, Any]) -> dict[str, Any]:
@@ -30,8 +30,7 @@ def config_table(task: dict[str, Any]) -> dict[str, Any]:
         "seed": task["seed"],
         "objective": {"name": "objectives:sleep_objective",
                       "options": {"function": task["function"], "sleep": task["sleep"]}},
-        "space": {name: {"type": "float", "low": low, "high": high}
-                  for name, (low, high) in space(task["function"]).items()},
+        "space": space_table(task["function"]),
         "search": {"generations": task["evals_per_worker"], "islands": task["islands"]},
         "migration": {"mode": "migration", "probability": task["migration_probability"],
                       "migrants": 1},

@@ -77,6 +77,12 @@ def space(function: str) -> dict[str, tuple[float, float]]:
     return {f"x{i}": (low, high) for i in range(dims)}
 
 
+def space_table(function: str) -> dict[str, dict[str, Any]]:
+    """The same space as Atoll's ``[space]`` config table: float parameters."""
+    return {name: {"type": "float", "low": low, "high": high}
+            for name, (low, high) in space(function).items()}
+
+
 _stamped = False
 
 

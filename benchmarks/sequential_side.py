@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from objectives import FUNCTIONS
+from objectives import FUNCTIONS, space, space_table
 
 
 def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
@@ -31,9 +31,8 @@ def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> floa
     from atoll.population import Population
     from atoll.space import Space
 
-    f, low, high, dims = FUNCTIONS[function]
-    space = Space.from_dict({f"x{i}": {"type": "float", "low": low, "high": high}
-                             for i in range(dims)})
+    f = FUNCTIONS[function][0]
+    space = Space.from_dict(space_table(function))
     propagator, rng, population = default_propagator(space, pop_size), \
         np.random.default_rng(1000 + seed), Population()
     best = float("inf")
@@ -51,8 +50,8 @@ def propulate_run(function: str, seed: int, evaluations: int, pop_size: int) -> 
 
     from propulate.utils import get_default_propagator
 
-    f, low, high, dims = FUNCTIONS[function]
-    limits = {f"x{i}": (float(low), float(high)) for i in range(dims)}
+    f = FUNCTIONS[function][0]
+    limits = {name: (float(low), float(high)) for name, (low, high) in space(function).items()}
     propagator = get_default_propagator(pop_size, limits, rng=random.Random(1000 + seed))
     population: list = []
     for _ in range(evaluations):
@@ -81,9 +80,8 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
     from atoll.space import Space
     from atoll.topology import Layout
 
-    f, low, high, dims = FUNCTIONS[function]
-    space = Space.from_dict({f"x{i}": {"type": "float", "low": low, "high": high}
-                             for i in range(dims)})
+    f = FUNCTIONS[function][0]
+    space = Space.from_dict(space_table(function))
     inboxes: list[list] = [[] for _ in range(WORKERS)]
     best = [float("inf")]
 
@@ -137,8 +135,8 @@ def propulate_islands(function: str, seed: int, evaluations: int, pop_size: int,
     from propulate.propagators import SelectMin
     from propulate.utils import get_default_propagator
 
-    f, low, high, dims = FUNCTIONS[function]
-    limits = {f"x{i}": (float(low), float(high)) for i in range(dims)}
+    f = FUNCTIONS[function][0]
+    limits = {name: (float(low), float(high)) for name, (low, high) in space(function).items()}
     queues: dict[tuple[str, int], list] = {}
     best = [float("inf")]
 

@@ -118,10 +118,9 @@ def wake_up_cost(repeats: int = 300) -> tuple[float, float]:
     from atoll.evolution import default_propagator
     from atoll.population import Population
     from atoll.space import Space
-    from objectives import space as function_space
+    from objectives import space_table
 
-    space = Space.from_dict({name: {"type": "float", "low": low, "high": high}
-                             for name, (low, high) in function_space("schwefel").items()})
+    space = Space.from_dict(space_table("schwefel"))
     breed, rng, population = default_propagator(space, 4), np.random.default_rng(1), Population()
     for i in range(50):
         ind = breed(population.ranked, rng)[0]
