@@ -32,17 +32,22 @@ def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> floa
     from atoll.space import Space
 
     f = FUNCTIONS[function][0]
-    space = Space.from_dict(space_table(function))
-    propagator, rng, population = default_propagator(space, pop_size), \
+    search_space = Space.from_dict(space_table(function))
+    propagator, rng, population = default_propagator(search_space, pop_size), \
         np.random.default_rng(1000 + seed), Population()
     best = float("inf")
     for n in range(evaluations):
         ind = propagator(population.ranked, rng)[0]
         ind.id = n
-        ind.loss = float(f(np.array([ind.params[k] for k in space.names])))
+        ind.loss = float(f(np.array([ind.params[k] for k in search_space.names])))
         population.learn(ind)
         best = min(best, ind.loss)
     return best
+
+
+def _limits(function: str) -> dict[str, tuple[float, float]]:
+    """The function's space as Propulate's limits (float bounds make float parameters)."""
+    return {name: (float(low), float(high)) for name, (low, high) in space(function).items()}
 
 
 def propulate_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
@@ -51,7 +56,7 @@ def propulate_run(function: str, seed: int, evaluations: int, pop_size: int) -> 
     from propulate.utils import get_default_propagator
 
     f = FUNCTIONS[function][0]
-    limits = {name: (float(low), float(high)) for name, (low, high) in space(function).items()}
+    limits = _limits(function)
     propagator = get_default_propagator(pop_size, limits, rng=random.Random(1000 + seed))
     population: list = []
     for _ in range(evaluations):
@@ -65,8 +70,10 @@ WORKERS, ISLANDS, MIGRATION_PROBABILITY = 4, 2, 0.1
 
 
 def _turns(per_worker: int, burst: int) -> list[int]:
-    """Which worker runs each evaluation: 0, 1, 2, 3 in turn, ``burst`` evaluations each."""
-    return [w for _ in range(0, per_worker, burst) for w in range(WORKERS) for _ in range(burst)]
+    """Which worker runs each evaluation: 0, 1, 2, 3 in turn, ``burst`` evaluations each (the
+    last turn shorter when ``burst`` does not divide ``per_worker``)."""
+    return [w for start in range(0, per_worker, burst) for w in range(WORKERS)
+            for _ in range(min(burst, per_worker - start))]
 
 
 def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
@@ -81,7 +88,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
     from atoll.topology import Layout
 
     f = FUNCTIONS[function][0]
-    space = Space.from_dict(space_table(function))
+    search_space = Space.from_dict(space_table(function))
     inboxes: list[list] = [[] for _ in range(WORKERS)]
     best = [float("inf")]
 
@@ -98,7 +105,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
                 inboxes[dest].append((Tag.DEACTIVATE, self.me, (ind_id, version)))
 
         def poll(self, handle) -> None:
-            arrived, inboxes[self.me][:] = list(inboxes[self.me]), []
+            arrived, inboxes[self.me] = inboxes[self.me], []
             for message in arrived:
                 handle(*message)
 
@@ -109,12 +116,12 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
         def flush(self) -> None: ...
 
     def evaluate(ind) -> None:
-        ind.loss = float(f(np.array([ind.params[k] for k in space.names])))
+        ind.loss = float(f(np.array([ind.params[k] for k in search_space.names])))
         ind.status = Status.OK
         best[0] = min(best[0], ind.loss)
 
     loops = [IslandLoop(layout=Layout(WORKERS, 1, ISLANDS), worker=w, mailbox=Mailbox(w),
-                        propagator=default_propagator(space, pop_size), evaluate=evaluate,
+                        propagator=default_propagator(search_space, pop_size), evaluate=evaluate,
                         recorder=NoRecord(),
                         migration=MigrationPolicy("migration", MIGRATION_PROBABILITY, 1),
                         rng=np.random.default_rng([1000 + seed, 0, w])) for w in range(WORKERS)]
@@ -136,7 +143,7 @@ def propulate_islands(function: str, seed: int, evaluations: int, pop_size: int,
     from propulate.utils import get_default_propagator
 
     f = FUNCTIONS[function][0]
-    limits = {name: (float(low), float(high)) for name, (low, high) in space(function).items()}
+    limits = _limits(function)
     queues: dict[tuple[str, int], list] = {}
     best = [float("inf")]
 
