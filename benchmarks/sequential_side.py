@@ -28,13 +28,14 @@ from objectives import FUNCTIONS, space, space_table
 
 def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
     from atoll.evolution import default_propagator
+    from atoll.island import breeding_rng
     from atoll.population import Population
     from atoll.space import Space
 
     f = FUNCTIONS[function][0]
     search_space = Space.from_dict(space_table(function))
     propagator, rng, population = default_propagator(search_space, pop_size), \
-        np.random.default_rng(1000 + seed), Population()
+        breeding_rng(1000 + seed, 0, 0), Population()
     best = float("inf")
     for n in range(evaluations):
         ind = propagator(population.ranked, rng)[0]
@@ -82,7 +83,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
 
     from atoll.evolution import default_propagator
     from atoll.individual import Status
-    from atoll.island import IslandLoop, MigrationPolicy
+    from atoll.island import IslandLoop, MigrationPolicy, breeding_rng
     from atoll.protocol import Tag
     from atoll.space import Space
     from atoll.topology import Layout
@@ -124,7 +125,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
                         propagator=default_propagator(search_space, pop_size), evaluate=evaluate,
                         recorder=NoRecord(),
                         migration=MigrationPolicy("migration", MIGRATION_PROBABILITY, 1),
-                        rng=np.random.default_rng([1000 + seed, 0, w])) for w in range(WORKERS)]
+                        rng=breeding_rng(1000 + seed, 0, w)) for w in range(WORKERS)]
     done = [0] * WORKERS
     for w in _turns(evaluations // WORKERS, burst):
         loops[w].step(done[w])

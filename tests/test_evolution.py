@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 import statistics
 
-import numpy as np
 import pytest
 
 from atoll.evolution import (
@@ -38,8 +38,8 @@ MIXED = Space((
 ))
 
 
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
+def rng(seed: int = 0) -> random.Random:
+    return random.Random(seed)
 
 
 def population(space: Space, n: int, seed: int = 0) -> list[Individual]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,8 @@ N = 2000
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(1234)
+def rng() -> random.Random:
+    return random.Random(1234)
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def mixed() -> Space:
 # --- sampling ----------------------------------------------------------------------------------
 
 
-def test_samples_in_bounds_with_right_types(mixed: Space, rng: np.random.Generator) -> None:
+def test_samples_in_bounds_with_right_types(mixed: Space, rng: random.Random) -> None:
     for _ in range(N):
         params = mixed.sample(rng)
         assert mixed.contains(params)
@@ -52,19 +53,19 @@ def test_samples_in_bounds_with_right_types(mixed: Space, rng: np.random.Generat
         assert params["width"] in (16, 32, 64)
 
 
-def test_int_reaches_both_bounds(rng: np.random.Generator) -> None:
+def test_int_reaches_both_bounds(rng: random.Random) -> None:
     seen = {IntParam("n", 1, 4).sample(rng) for _ in range(N)}
     assert seen == {1, 2, 3, 4}
 
 
-def test_int_sampling_at_int64_limits(rng: np.random.Generator) -> None:
+def test_int_sampling_at_int64_limits(rng: random.Random) -> None:
     full = IntParam("n", -(2**63), 2**63 - 1)
     top = IntParam("n", 2**63 - 1, 2**63 - 1)
     assert all(full.contains(full.sample(rng)) for _ in range(100))
     assert top.sample(rng) == 2**63 - 1
 
 
-def test_log_float_spreads_over_orders_of_magnitude(rng: np.random.Generator) -> None:
+def test_log_float_spreads_over_orders_of_magnitude(rng: random.Random) -> None:
     param = FloatParam("lr", 1e-4, 1e-2, log=True)
     samples = np.array([param.sample(rng) for _ in range(N)])
     assert samples.min() >= 1e-4 and samples.max() <= 1e-2
@@ -73,12 +74,12 @@ def test_log_float_spreads_over_orders_of_magnitude(rng: np.random.Generator) ->
     assert 0.2 < np.mean(samples < 10**-3.5) < 0.3
 
 
-def test_linear_float_is_uniform(rng: np.random.Generator) -> None:
+def test_linear_float_is_uniform(rng: random.Random) -> None:
     samples = np.array([FloatParam("x", -2.0, 3.0).sample(rng) for _ in range(N)])
     assert abs(np.median(samples) - 0.5) < 0.25
 
 
-def test_huge_float_span_does_not_overflow(rng: np.random.Generator) -> None:
+def test_huge_float_span_does_not_overflow(rng: random.Random) -> None:
     param = FloatParam("x", -1e308, 1.7e308)
     values = [param.sample(rng) for _ in range(100)]
     assert all(param.contains(v) for v in values)
@@ -86,7 +87,7 @@ def test_huge_float_span_does_not_overflow(rng: np.random.Generator) -> None:
     assert 0.0 <= param.to_unit(0.0) <= 1.0
 
 
-def test_degenerate_bounds(rng: np.random.Generator) -> None:
+def test_degenerate_bounds(rng: random.Random) -> None:
     assert FloatParam("x", 2.0, 2.0).sample(rng) == 2.0
     assert FloatParam("x", 2.0, 2.0, log=True).sample(rng) == 2.0
     assert IntParam("n", 5, 5).sample(rng) == 5
@@ -115,7 +116,7 @@ def test_space_clip(mixed: Space) -> None:
     assert mixed.contains(clipped)
 
 
-def test_unit_round_trips(mixed: Space, rng: np.random.Generator) -> None:
+def test_unit_round_trips(mixed: Space, rng: random.Random) -> None:
     for _ in range(200):
         params = mixed.sample(rng)
         for p in mixed.params:
@@ -254,7 +255,7 @@ def test_from_dict_parses_or_raises_config_error(table: Any, seed: int) -> None:
     except ConfigError as err:
         assert "\n" not in str(err)
         return
-    rng = np.random.default_rng(seed)
+    rng = random.Random(seed)
     for _ in range(5):
         params = space.sample(rng)
         assert space.contains(params)

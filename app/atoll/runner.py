@@ -14,8 +14,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
 from atoll import record
 from atoll.config import Config, apply_overrides, config_to_dict, parse_config
 from atoll.context import Context
@@ -24,7 +22,7 @@ from atoll.errors import AtollError, ConfigError
 from atoll.evaluation import Objective, evaluate
 from atoll.evolution import default_propagator
 from atoll.individual import Individual, Status
-from atoll.island import Budget, IslandLoop, IslandStats, MigrationPolicy
+from atoll.island import Budget, IslandLoop, IslandStats, MigrationPolicy, breeding_rng
 from atoll.keeper import TopWeights, prune_to_top
 from atoll.objectives.loader import load_objective
 from atoll.population import Population
@@ -252,7 +250,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         propagator=propagator, evaluate=hand_out_and_evaluate, recorder=log_file,
         migration=MigrationPolicy(config.migration.mode, config.migration.probability,
                                   config.migration.migrants),
-        rng=np.random.default_rng([config.seed, job, topo.worker]), id_base=plan.next_id,
+        rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)
 
     def lead(budget: Budget) -> IslandStats:

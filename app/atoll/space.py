@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ Params = dict[str, Any]
 Choice = str | int | float | bool
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""Integer bounds must fit numpy's int64: the sampler and the HDF5 columns use it."""
+"""Integer bounds must fit a 64-bit integer: the HDF5 columns and the wire format use it."""
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -95,8 +96,8 @@ class FloatParam:
         # A weighted mean, not low + unit * (high - low): exact at both ends, no overflow.
         return self.clip(self.low * (1.0 - unit) + self.high * unit)
 
-    def sample(self, rng: np.random.Generator) -> float:
-        return self.from_unit(float(rng.random()))
+    def sample(self, rng: random.Random) -> float:
+        return self.from_unit(rng.random())
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, float, np.integer, np.floating)) and \
@@ -144,9 +145,8 @@ class IntParam:
         unit = _unit(unit)
         return self.clip(self.low + math.floor(unit * (self.high - self.low + 1)))
 
-    def sample(self, rng: np.random.Generator) -> int:
-        # endpoint=True: high + 1 would overflow int64 when high is the largest int64.
-        return int(rng.integers(self.low, self.high, endpoint=True))
+    def sample(self, rng: random.Random) -> int:
+        return rng.randint(self.low, self.high)  # Python ints: exact up to the int64 limits
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and \
@@ -193,8 +193,8 @@ class CategoricalParam:
         unit = _unit(unit)
         return self.choices[min(math.floor(unit * len(self.choices)), len(self.choices) - 1)]
 
-    def sample(self, rng: np.random.Generator) -> Choice:
-        return self.choices[int(rng.integers(len(self.choices)))]
+    def sample(self, rng: random.Random) -> Choice:
+        return self.choices[rng.randrange(len(self.choices))]
 
     def contains(self, value: Any) -> bool:
         return value in self.choices
@@ -248,7 +248,7 @@ class Space:
                 return p
         raise KeyError(name)
 
-    def sample(self, rng: np.random.Generator) -> Params:
+    def sample(self, rng: random.Random) -> Params:
         return {p.name: p.sample(rng) for p in self.params}
 
     def clip(self, params: Mapping[str, Any]) -> Params:

@@ -8,10 +8,9 @@ pipeline that could never work when it is built, not on the thousandth call.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Protocol
-
-import numpy as np
 
 from atoll.individual import Individual
 
@@ -34,7 +33,7 @@ class Propagator(Protocol):
     def offspring(self) -> int: ...
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]: ...
+                 rng: random.Random) -> list[Individual]: ...
 
 
 class OneToOne:
@@ -63,15 +62,15 @@ class Selection:
         return self.k
 
 
-def distinct_indices(rng: np.random.Generator, n: int, k: int) -> list[int]:
+def distinct_indices(rng: random.Random, n: int, k: int) -> list[int]:
     """``k`` distinct indices from ``range(n)`` in random order.
 
-    The same distribution as ``rng.choice(n, k, replace=False)`` but several times faster for
-    the small ``k`` breeding uses (it runs several times per evaluation): draws are rejected
-    until distinct, with ``int(random() * n)`` (uniform up to float rounding, about n / 2**53).
+    The same distribution as ``rng.sample(range(n), k)`` but several times faster for the small
+    ``k`` breeding uses (it runs several times per evaluation): draws are rejected until
+    distinct, with ``int(random() * n)`` (uniform up to float rounding, about n / 2**53).
     """
     if k * 2 > n:
-        return rng.permutation(n)[:k].tolist()
+        return rng.sample(range(n), k)
     picked: list[int] = []
     while len(picked) < k:
         i = int(rng.random() * n)
@@ -123,7 +122,7 @@ class Compose:
         self.offspring: int = flowing
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         # No copy of the input: the island's whole ranked population comes in on every breed,
         # and operators never modify what they are given.
         current: Sequence[Individual] = individuals
@@ -155,7 +154,7 @@ class Conditional:
         self.offspring: int = if_full.offspring
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         branch = self.if_full if len(individuals) >= self.population_size else self.otherwise
         return branch(individuals, rng)
 

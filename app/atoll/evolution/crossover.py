@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from atoll.evolution.base import check_arity, check_probability
 from atoll.individual import Individual, Origin
@@ -33,14 +32,15 @@ class CrossoverUniform:
         return 1
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         check_arity(self, individuals, 2)
         first, second = individuals
         params = dict(first.params)
         if rng.random() < self.probability:
-            from_second = (rng.random(len(params)) < 0.5).tolist()
-            for name, take in zip(list(params), from_second, strict=True):
-                if take:
+            from_second = rng.getrandbits(len(params))  # one fair coin per gene
+            for name in params:
+                if from_second & 1:
                     params[name] = second.params[name]
+                from_second >>= 1
         return [Individual(id=-1, params=params, origin=Origin.BRED,
                            parents=(first.id, second.id))]

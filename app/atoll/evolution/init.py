@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from atoll.evolution.base import ANY, check_arity, check_probability
 from atoll.individual import NO_PARENT, Individual, Origin
@@ -42,7 +41,7 @@ class InitUniform:
         return 1
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         if self.parents != ANY:
             check_arity(self, individuals, 1)
             if rng.random() >= self.probability:

@@ -9,10 +9,9 @@ lineage survives any number of mutation steps.
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from atoll.evolution.base import (
     OneToOne,
@@ -33,15 +32,15 @@ def _derive(individual: Individual, params: Params) -> Individual:
                       parents=individual.parents)
 
 
-def _resample_other(param: Param, value: object, rng: np.random.Generator) -> object:
+def _resample_other(param: Param, value: object, rng: random.Random) -> object:
     """A fresh value that differs from ``value`` whenever the parameter has another one."""
     if isinstance(param, CategoricalParam):
         if len(param.choices) > 1 and value in param.choices:
-            i = int(rng.integers(len(param.choices) - 1))
+            i = rng.randrange(len(param.choices) - 1)
             return param.choices[i + (i >= param.index(value))]
     elif isinstance(param, IntParam) and param.high > param.low:
         current = param.clip(value)
-        i = int(rng.integers(param.low, param.high))
+        i = rng.randrange(param.low, param.high)
         return i + (i >= current)
     return param.sample(rng)
 
@@ -67,7 +66,7 @@ class PointMutation(OneToOne):
                              f"{len(self.space)} parameter(s)")
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         check_arity(self, individuals, 1)
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
@@ -114,13 +113,13 @@ class IntervalMutationNormal(OneToOne):
         return interval_params(self.space)
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         check_arity(self, individuals, 1)
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
             movable = self._movable
             for i in distinct_indices(rng, len(movable), self.points):
                 param = movable[i]
-                step = float(rng.normal(0.0, self.sigma_factor))
+                step = rng.gauss(0.0, self.sigma_factor)
                 params[param.name] = param.from_unit(param.to_unit(params[param.name]) + step)
         return [_derive(individuals[0], params)]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from atoll.evolution.base import Selection, check_count, distinct_indices
 from atoll.individual import Individual
@@ -33,7 +32,7 @@ class SelectBest(Selection):
         check_count("SelectBest.k", self.k)
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         return list(individuals[: self.k])
 
 
@@ -47,7 +46,7 @@ class SelectUniform(Selection):
         check_count("SelectUniform.k", self.k)
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         picks = distinct_indices(rng, len(individuals), min(self.k, len(individuals)))
         return [individuals[i] for i in picks]
 
@@ -69,7 +68,7 @@ class SelectTournament(Selection):
         check_count("SelectTournament.size", self.size)
 
     def __call__(self, individuals: Sequence[Individual],
-                 rng: np.random.Generator) -> list[Individual]:
+                 rng: random.Random) -> list[Individual]:
         if not individuals:
             return []
         size = min(self.size, len(individuals))
