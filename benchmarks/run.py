@@ -108,10 +108,12 @@ timestamp of any rank - the harness's timestamp just before it starts `mpirun`.
 On 2 cores, 4 or more ranks share the cores: "workers x wall" counts every rank's whole wall,
 so at zero objective cost the overhead is at least (ranks / cores) x the CPU time an
 evaluation costs the optimizer. With a sleeping objective (10 ms) every rank's bookkeeping
-runs right after a sleep, on cold caches: on this virtual machine one numpy `random()` takes
-about 0.5 us warm and 18 us right after a 10 ms sleep, and Atoll's breeding step 11 us and
-about 125 us (single process, measured while this benchmark was written). That is why the
-same bookkeeping costs more per evaluation at 10 ms than at 0 ms, on both sides.
+runs right after a sleep, on cold caches: on this virtual machine Atoll's breeding step takes
+about 12-25 us back to back and 110-270 us right after a 10 ms sleep (single process, no MPI;
+the machine row in the table measures it in each run). Busy code does not keep it warm either: after
+10 ms of spinning on the clock the same step took 70-120 us. Code that last ran 10 ms ago is
+cold here whatever ran in between, so the same bookkeeping costs more per evaluation at 10 ms
+than at 0 ms, on both sides.
 
 Repeated measurements report the best of N runs (lowest overhead, startup and recording time;
 highest throughput and utilisation), the two sides interleaved run by run: other processes on
