@@ -125,8 +125,8 @@ class IslandLoop:
     def run(self, budget: Budget) -> IslandStats:
         """Search until the budget is spent, then drain messages with the other leaders."""
         done = 0
-        # The stop check's probe also lets MPI progress the messages that arrived meanwhile,
-        # so that the poll right after it sees them complete.
+        # The stop check's probe (at most every millisecond) also lets MPI progress the
+        # messages that arrived meanwhile, so that the poll right after it sees them complete.
         while not budget.exhausted(done):
             self.step(done)
             done += 1

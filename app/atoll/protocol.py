@@ -143,8 +143,8 @@ class Mailbox:
 
         Open MPI moves messages along inside any MPI call, but Testsome does so only after it
         found nothing complete, so a message is seen here once some MPI call ran since it
-        arrived: the island loop's stop check (a probe) comes right before each poll, and the
-        drain polls repeatedly.
+        arrived: the previous poll, a send, or the stop check's probe (at most every
+        millisecond, before a poll); the drain polls repeatedly.
         """
         count = 0
         while self._receives:
