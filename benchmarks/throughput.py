@@ -113,18 +113,17 @@ def wake_up_cost(repeats: int = 300) -> tuple[float, float]:
     On a virtual machine whose core idled, the first code to run meets cold caches: this is
     what every evaluation of a sleeping objective pays on both sides, isolated from MPI.
     """
-    import numpy as np
-
     from atoll.evolution import default_propagator
+    from atoll.island import breeding_rng
     from atoll.population import Population
     from atoll.space import Space
     from objectives import space_table
 
     space = Space.from_dict(space_table("schwefel"))
-    breed, rng, population = default_propagator(space, 4), np.random.default_rng(1), Population()
+    breed, rng, population = default_propagator(space, 4), breeding_rng(1, 0, 0), Population()
     for i in range(50):
         ind = breed(population.ranked, rng)[0]
-        ind.id, ind.loss = i, float(rng.random())
+        ind.id, ind.loss = i, rng.random()
         population.learn(ind)
 
     def timed(pause: float) -> float:
