@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 from atoll.individual import Status
 from atoll.record import open_run
 from atoll.restore import completed_count
-from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids
+from atoll.stopping import PROBE_INTERVAL
+from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids, run
 
 CONFIG = "tests/configs/slow_sphere.toml"
 
@@ -67,3 +69,16 @@ def test_sigusr1_to_mpirun_reaches_the_ranks(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-2000:]
     assert 0 < completed_count(open_run(run_dir).individuals) < 600
+
+
+def test_stop_flag_probes_at_most_every_interval_and_still_sees_a_notice(tmp_path):
+    """An idle probe makes Open MPI yield the core when ranks outnumber cores, so the flag
+    probes for other ranks' notices at most every PROBE_INTERVAL, however often it is asked."""
+    out = tmp_path / "facts.json"
+    done = run(mpirun_cmd(2, str(ROOT / "tests" / "mpi_programs" / "stop_checks.py"), str(out)),
+               timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in json.loads(out.read_text()):
+        assert not rank["early"]
+        assert 1 <= rank["probes"] <= rank["elapsed"] / PROBE_INTERVAL + 1, rank
+        assert rank["seen"] and rank["stopped"]
