@@ -238,20 +238,23 @@ def test_h5ls_lists_the_results(tmp_path: Path, space: Space) -> None:
 
 
 def test_pandas_frame(tmp_path: Path, space: Space) -> None:
+    import pandas  # a test dependency: the README shows frame() as the way into pandas
+
     paths = fill_run(tmp_path, space)
-    run = open_run(paths.run_dir)
-    try:
-        import pandas
-    except ImportError:
-        with pytest.raises(RecordError, match="needs pandas"):
-            run.frame("individuals")
-        pytest.skip("pandas is not installed")
-    frame = run.frame("individuals")
+    frame = open_run(paths.run_dir).frame("individuals")
     assert len(frame) == 16 and set(frame["status"]) == {"ok", "failed", "pruned", "interrupted"}
     assert frame["act"][2] == "gelü"
     with h5py.File(consolidate(paths), "r") as f:  # plain pandas reads results.h5 directly
         direct = pandas.DataFrame(f["individuals"][...])
     assert list(direct["id"]) == list(range(16)) and direct["act"][2] == "gelü".encode()
+
+
+def test_frame_without_pandas_says_what_to_do(tmp_path: Path, space: Space,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    run = open_run(fill_run(tmp_path, space).run_dir)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # what `import pandas` meets when absent
+    with pytest.raises(RecordError, match=r"needs pandas.*run\.individuals"):
+        run.frame("individuals")
 
 
 # -- writing: buffering and flushing --------------------------------------------------------
