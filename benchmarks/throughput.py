@@ -10,12 +10,8 @@ Propulate's overhead grows with the number of evaluations (it pickles the whole 
 population every generation and rescans it to breed), so the two sides are compared at equal
 budgets; Atoll alone also runs a longer search to show its overhead does not grow.
 
-The target is the issue's "at most 0.25 ms per evaluation ... i.e. at least 10x less overhead"
-than Propulate, whose 2.5 ms measured when the issue was written gave the 0.25 ms. This machine's
-speed drifts by 1.5-2x from hour to hour, Atoll's kind of work (many small Python and MPI calls)
-more than Propulate's (pickling, file writes), so a fixed number of milliseconds passes or fails
-with the hour. The verdict is the 10x, measured side by side in the same run; the absolute
-figure stays in the Atoll column for reading against the 0.25 ms.
+The verdict is the issue's 10x against Propulate measured in the same run, not its 0.25 ms in
+absolute terms: see "Overhead target" in run.py's SETUP for why.
 """
 
 from __future__ import annotations
