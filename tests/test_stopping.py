@@ -71,9 +71,10 @@ def test_sigusr1_to_mpirun_reaches_the_ranks(tmp_path):
     assert 0 < completed_count(open_run(run_dir).individuals) < 600
 
 
-def test_stop_flag_probes_at_most_every_interval_and_still_sees_a_notice(tmp_path):
+def test_stop_flag_probes_at_most_every_interval_sees_a_notice_and_keeps_an_agreed_stop(tmp_path):
     """An idle probe makes Open MPI yield the core when ranks outnumber cores, so the flag
-    probes for other ranks' notices at most every PROBE_INTERVAL, however often it is asked."""
+    probes for other ranks' notices at most every PROBE_INTERVAL, however often it is asked.
+    A stop agreed within a worker holds on each of its ranks from then on, before the notice."""
     out = tmp_path / "facts.json"
     done = run(mpirun_cmd(2, str(ROOT / "tests" / "mpi_programs" / "stop_checks.py"), str(out)),
                timeout=120)
@@ -82,3 +83,4 @@ def test_stop_flag_probes_at_most_every_interval_and_still_sees_a_notice(tmp_pat
         assert not rank["early"]
         assert 1 <= rank["probes"] <= rank["elapsed"] / PROBE_INTERVAL + 1, rank
         assert rank["seen"] and rank["stopped"]
+        assert rank["kept_after_agreeing"] == 50  # every round, on both ranks

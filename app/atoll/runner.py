@@ -277,10 +277,7 @@ def _make_evaluator(config: Config, topo: Topology, objective: Objective,
 
     def should_stop() -> bool:
         """The same answer on every rank of the worker (one small allreduce per epoch)."""
-        from mpi4py import MPI
-
-        wanted = stop.requested()
-        return bool(topo.worker_comm.allreduce(wanted, op=MPI.LOR)) if shared else wanted
+        return stop.agreed(topo.worker_comm)
 
     def evaluator(ind: Individual) -> None:
         ctx = Context(comm=topo.worker_comm, individual_id=ind.id, seed=config.seed,

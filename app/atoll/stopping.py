@@ -83,6 +83,16 @@ class StopFlag:
             self._seen = self.comm.Iprobe(source=self._mpi.ANY_SOURCE, tag=_NOTICE_TAG)
         return self._seen
 
+    def agreed(self, group: MPI.Comm) -> bool:
+        """Whether any rank of ``group`` (the ranks of one worker) asked to stop: the same answer
+        on each, collective over ``group``. A rank that learns of the stop this way keeps it, so
+        that its own next :meth:`requested` agrees before the notice itself has arrived (else a
+        leader could breed and start another evaluation that its partner at once interrupts)."""
+        if group.Get_size() == 1:
+            return self.requested()
+        self._seen = bool(group.allreduce(self.requested(), op=self._mpi.LOR))
+        return self._seen
+
     def _announce(self) -> None:
         me = self.comm.Get_rank()
         for rank in range(self.comm.Get_size()):

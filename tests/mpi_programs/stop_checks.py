@@ -5,7 +5,9 @@ tests/test_stopping.py.
 
 Both ranks ask ``requested()`` many times in a tight loop while the real communicator counts
 the probes; then rank 1 asks to stop and rank 0 waits until it sees the notice. Rank 0 writes
-what each rank counted to OUT.json.
+what each rank counted to OUT.json. Then, ROUNDS times with a fresh flag, rank 1 asks to stop,
+both ranks agree on it as the two ranks of one worker do, and rank 0 notes whether its own
+``requested()`` said so right after (its probe may not have seen the notice yet).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mpi4py import MPI
 from atoll.stopping import StopFlag
 
 CALLS = 20_000
+ROUNDS = 50
 
 
 class CountingComm:
@@ -60,9 +63,24 @@ def main() -> None:
             time.sleep(1e-4)
     stopped = flag.close()
     facts = world.gather({"probes": probes, "elapsed": elapsed, "early": early, "seen": seen,
-                          "stopped": stopped}, root=0)
+                          "stopped": stopped, "kept_after_agreeing": agreement_rounds(world)},
+                         root=0)
     if world.Get_rank() == 0:
         out.write_text(json.dumps(facts))
+
+
+def agreement_rounds(world: MPI.Comm) -> int:
+    """Rounds in which this rank agreed to stop and its next ``requested()`` said so too."""
+    kept = 0
+    for _ in range(ROUNDS):
+        flag = StopFlag(world)
+        flag.requested()  # a probe that finds nothing: the next one waits PROBE_INTERVAL
+        world.Barrier()
+        if world.Get_rank() == 1:
+            flag.request("test")
+        kept += flag.agreed(world) and flag.requested()
+        flag.close()
+    return kept
 
 
 if __name__ == "__main__":
