@@ -7,9 +7,11 @@ Atoll's venv, on a 4-dimensional float space (rastrigin's):
   them) and an explicit ``flush`` every FLUSH_EVERY rows, then ``close``; total / rows;
 - per epoch row: the same with ``add_epoch`` (two metrics);
 - bytes per row: (file size after ROWS rows - size of an empty log) / ROWS;
-- "read 100k for resume": a run directory made by a one-evaluation search through the API,
-  whose worker file is then replaced by one holding ROWS individuals written with WorkerLog;
-  :func:`read_for_resume` is what is timed: swap it for the real resume path when it exists.
+- reading ROWS individuals back: a run directory made by a one-evaluation search through the
+  API, whose worker file is then replaced by one holding ROWS individuals written with
+  WorkerLog. Timed: :func:`read_for_resume` (what a resuming leader does before its first
+  evaluation) and ``read_completed`` (what rank 0 reads at every job's start to count the
+  evaluations done).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FLUSH_EVERY = 1_000
 REPEATS = 3
 TARGET_US = 12.5  # 5 % of 0.25 ms
 TARGET_READ = 2.0
+TARGET_COUNT = 1.0
 
 
 def read_for_resume(run_dir: Path) -> Any:
@@ -118,7 +121,7 @@ def measure() -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-recording-"))
     individuals = _individuals(ROWS)
     empty = _empty_size(folder)
-    out: dict[str, Any] = {"individual_s": [], "epoch_s": [], "read_s": []}
+    out: dict[str, Any] = {"individual_s": [], "epoch_s": [], "read_s": [], "count_s": []}
     for rep in range(REPEATS):
         path = folder / f"ind{rep}.h5"
         out["individual_s"].append(
@@ -129,7 +132,7 @@ def measure() -> dict[str, Any]:
             i // 10, i % 10, 1.7e9 + i, {"loss": 1.0 / (i + 1), "accuracy": 0.5}), ROWS) / ROWS)
         out["epoch_bytes"] = (path.stat().st_size - empty) / ROWS
     single = folder / "single.h5"
-    from atoll.record import WorkerLog
+    from atoll.record import WorkerLog, read_completed
 
     with WorkerLog(single, _space(), job=0, worker=0, flush_interval=5.0) as log:
         times = []
@@ -145,6 +148,11 @@ def measure() -> dict[str, Any]:
         data = read_for_resume(run_dir)
         out["read_s"].append(time.perf_counter() - start)
     out["read_rows"] = len(data)
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        table = read_completed(run_dir)
+        out["count_s"].append(time.perf_counter() - start)
+    out["count_rows"] = len(table)
     shutil.rmtree(folder)
     return out
 
@@ -155,12 +163,15 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         subprocess.run([str(ATOLL_PYTHON), __file__, str(out_file)], check=True,
                        env=mpi_env())
         got = json.loads(out_file.read_text())
-    if got["read_rows"] != ROWS:
-        raise RuntimeError(f"read back {got['read_rows']} of {ROWS} individuals")
-    ind, epoch, read = (min(got[k]) for k in ("individual_s", "epoch_s", "read_s"))
+    for key in ("read_rows", "count_rows"):
+        if got[key] != ROWS:
+            raise RuntimeError(f"{key}: read back {got[key]} of {ROWS} individuals")
+    ind, epoch, read, count = (min(got[k]) for k in ("individual_s", "epoch_s", "read_s",
+                                                      "count_s"))
     log(f"  recording: per individual {[round(t * 1e6, 2) for t in got['individual_s']]} us, "
         f"per epoch row {[round(t * 1e6, 2) for t in got['epoch_s']]} us, "
-        f"read {[round(t, 3) for t in got['read_s']]} s")
+        f"read {[round(t, 3) for t in got['read_s']]} s, "
+        f"read_completed {[round(t, 3) for t in got['count_s']]} s")
     every = f"flush every {FLUSH_EVERY:,} rows, {ROWS:,} rows"
     rows = [
         Row(f"recording per individual (add_individual + maybe_flush + amortised flush; "
@@ -173,6 +184,9 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         Row(f"resume from {ROWS:,} recorded individuals (read_history + restore_population; "
             f"best of {REPEATS})", f"{read:.3f} s", target=f"< {TARGET_READ} s",
             passed=read < TARGET_READ),
+        Row(f"count at a job's start from {ROWS:,} recorded individuals (read_completed; "
+            f"best of {REPEATS})", f"{count:.3f} s", target=f"< {TARGET_COUNT} s",
+            passed=count < TARGET_COUNT),
     ]
     notes = [f"one flush of a single individual row: {got['flush_one_row_s'] * 1e3:.2f} ms "
              f"(median of 200)"]
