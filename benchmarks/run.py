@@ -175,10 +175,11 @@ coordinate, best loss below 60, or not; 200 seeds a batch):
   Propulate's 40 runs a lucky draw: median 0.02 over seeds 1-40, 0.06 over 41-80). Propulate's
   side gets a stream per seed and rank (the string seed "seed:rank"); Atoll's generators are
   seeded with [seed, job, worker] and never shared.
-- Seeds 1-40 are the same in every `make bench`, so a lean in one row repeats from run to run
-  without being new evidence. Rastrigin at 2 ms has leaned against Atoll in every run so far
-  (P = 0.37-0.44); on fresh seeds it compares equal: P = 0.46 (p = 0.08) on seeds 101-300,
-  0.50 (p = 0.43) on 301-700, together P = 0.485 (p = 0.19) (measured while this was written).
+- Seeds 1-40 are the same in every `make bench`, so a lean in one row tends to repeat from run
+  to run without being new evidence. Rastrigin at 2 ms leaned against Atoll in each run before
+  2026-11-23 (P = 0.37-0.44; 0.55 in that day's run); on fresh seeds it compares equal:
+  P = 0.46 (p = 0.08) on seeds 101-300, 0.50 (p = 0.43) on 301-700, together P = 0.485
+  (p = 0.19) (measured on 2026-11-23).
 
 Propulate's overhead per evaluation grows with the number of evaluations (each generation it
 pickles the island's whole population to its checkpoint and scans it to breed), so the sides
