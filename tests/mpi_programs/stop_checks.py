@@ -6,8 +6,8 @@ tests/test_stopping.py.
 Both ranks ask ``requested()`` many times in a tight loop while the real communicator counts
 the probes; then rank 1 asks to stop and rank 0 waits until it sees the notice. Rank 0 writes
 what each rank counted to OUT.json. Then, ROUNDS times with a fresh flag, rank 1 asks to stop,
-both ranks agree on it as the two ranks of one worker do, and rank 0 notes whether its own
-``requested()`` said so right after (its probe may not have seen the notice yet).
+both ranks agree on it as the two ranks of one worker do, and each rank counts the rounds in
+which its own ``requested()`` said so right after (rank 0's probe may not have seen the notice).
 """
 
 from __future__ import annotations
