@@ -38,9 +38,9 @@ TARGET_COUNT = 1.0
 def read_for_resume(run_dir: Path) -> Any:
     """What a resuming leader does before its first evaluation: read the earlier jobs'
     individuals and migrations, and rebuild its island (here one island holding them all)."""
+    from atoll.engine.restore import restore_population
+    from atoll.engine.topology import plan_layout
     from atoll.record import read_history
-    from atoll.restore import restore_population
-    from atoll.topology import plan_layout
 
     individuals, migrations = read_history(run_dir, before_job=1 << 30)
     return restore_population(individuals, migrations, _space(), plan_layout(1, 1, 1), 0)

@@ -10,7 +10,8 @@ turns, each running BURST evaluations in a row, and every message arrives at onc
 a perfectly even interleaving; a larger BURST is what an oversubscribed core does to fast
 evaluations (a rank runs many in one time slice while its island partner waits for the core).
 
-SIDE "atoll" runs from Atoll's venv and drives ``IslandLoop.step`` over an in-memory mailbox;
+SIDE "atoll" runs from Atoll's venv and drives ``IslandLoop.step`` over the tests' in-memory
+mailbox (tests/memory_mailbox.py);
 "propulate" runs from Propulate's and drives its own ``Migrator`` methods, in the order of its
 ``propulate()`` loop, over in-memory communicators. Each side uses its own RNGs, seeded from
 1000 + seed (and the worker).
@@ -20,16 +21,19 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from objectives import FUNCTIONS, space, space_table
 
+TESTS = Path(__file__).resolve().parents[1] / "tests"  # the in-memory mailbox lives there
+
 
 def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
+    from atoll.engine.island import breeding_rng
+    from atoll.engine.population import Population
     from atoll.evolution import default_propagator
-    from atoll.island import breeding_rng
-    from atoll.population import Population
     from atoll.space import Space
 
     f = FUNCTIONS[function][0]
@@ -79,52 +83,30 @@ def _turns(per_worker: int, burst: int) -> list[int]:
 
 def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
                   burst: int) -> float:
-    from dataclasses import replace
-
+    from atoll.config import MigrationConfig
+    from atoll.engine.island import IslandLoop, breeding_rng
+    from atoll.engine.topology import Layout
     from atoll.evolution import default_propagator
     from atoll.individual import Status
-    from atoll.island import IslandLoop, MigrationPolicy, breeding_rng
-    from atoll.protocol import Tag
     from atoll.space import Space
-    from atoll.topology import Layout
+
+    sys.path.insert(0, str(TESTS))
+    from memory_mailbox import MemoryPost, MemoryRecorder
 
     f = FUNCTIONS[function][0]
     search_space = Space.from_dict(space_table(function))
-    inboxes: list[list] = [[] for _ in range(WORKERS)]
+    post = MemoryPost(WORKERS)
     best = [float("inf")]
-
-    class Mailbox:  # delivers at once; a copy, as a decoded message would be
-        def __init__(self, me: int) -> None:
-            self.me = me
-
-        def send_individual(self, tag: Tag, ind, to) -> None:
-            for dest in to:
-                inboxes[dest].append((tag, self.me, replace(ind, params=dict(ind.params))))
-
-        def send_deactivate(self, ind_id: int, version: int, to) -> None:
-            for dest in to:
-                inboxes[dest].append((Tag.DEACTIVATE, self.me, (ind_id, version)))
-
-        def poll(self, handle) -> None:
-            arrived, inboxes[self.me] = inboxes[self.me], []
-            for message in arrived:
-                handle(*message)
-
-    class NoRecord:
-        def add_individual(self, ind) -> None: ...
-        def add_migration(self, *args) -> None: ...
-        def maybe_flush(self, now=None) -> bool: return False
-        def flush(self) -> None: ...
 
     def evaluate(ind) -> None:
         ind.loss = float(f(np.array([ind.params[k] for k in search_space.names])))
         ind.status = Status.OK
         best[0] = min(best[0], ind.loss)
 
-    loops = [IslandLoop(layout=Layout(WORKERS, 1, ISLANDS), worker=w, mailbox=Mailbox(w),
+    loops = [IslandLoop(layout=Layout(WORKERS, 1, ISLANDS), worker=w, mailbox=post.mailbox(w),
                         propagator=default_propagator(search_space, pop_size), evaluate=evaluate,
-                        recorder=NoRecord(),
-                        migration=MigrationPolicy("migration", MIGRATION_PROBABILITY, 1),
+                        recorder=MemoryRecorder(),
+                        migration=MigrationConfig("migration", MIGRATION_PROBABILITY, 1),
                         rng=breeding_rng(1000 + seed, 0, w)) for w in range(WORKERS)]
     done = [0] * WORKERS
     for w in _turns(evaluations // WORKERS, burst):

@@ -122,9 +122,9 @@ def wake_up_cost(repeats: int = 300) -> tuple[float, float]:
     On a virtual machine whose core idled, the first code to run meets cold caches: this is
     what every evaluation of a sleeping objective pays on both sides, isolated from MPI.
     """
+    from atoll.engine.island import breeding_rng
+    from atoll.engine.population import Population
     from atoll.evolution import default_propagator
-    from atoll.island import breeding_rng
-    from atoll.population import Population
     from atoll.space import Space
     from objectives import space_table
 

@@ -48,10 +48,8 @@ def flaky(params: Mapping[str, Any], ctx: Any) -> Any:
 def store_address(params: Mapping[str, Any], ctx: Any) -> float:
     """Reports where the worker's rendezvous store listens (from /proc/net/tcp) and the
     identity of the worker's group, so tests can check both from the record."""
-    import atoll.distributed as distributed
-
     ctx.process_group  # noqa: B018 - made on every rank of the worker
-    group = distributed._GROUP
+    group = ctx._services.group.current  # the live group: its store is the engine's, not ctx's
     port = f"{group.store.port:04X}"
     listening = [line.split()[1] for line in open("/proc/net/tcp").read().splitlines()[1:]
                  if line.split()[1].endswith(":" + port) and line.split()[3] == "0A"]

@@ -37,8 +37,8 @@ import h5py
 import numpy as np
 import pytest
 
+from atoll.engine.restore import completed_count
 from atoll.record import open_run
-from atoll.restore import completed_count
 from conftest import (
     ROOT,
     alive,

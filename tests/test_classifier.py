@@ -23,7 +23,7 @@ from conftest import ROOT, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 torch = pytest.importorskip("torch")
 classifier = pytest.importorskip("atoll.objectives.classifier")
 data = pytest.importorskip("atoll.objectives.data")
-weights = pytest.importorskip("atoll.weights")
+weights = pytest.importorskip("atoll.record.models")
 
 METRICS = ("train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds", "samples_per_second",
            "setup_seconds")

@@ -13,6 +13,7 @@ import statistics
 
 import pytest
 
+from atoll.config import EvolutionConfig
 from atoll.evolution import (
     ANY,
     Compose,
@@ -346,7 +347,7 @@ def test_conditional_switches_at_population_size():
 
 
 def test_default_propagator_fills_then_breeds():
-    prop = default_propagator(MIXED, 8, random_init=0.0)
+    prop = default_propagator(MIXED, 8, EvolutionConfig(random_init=0.0))
     assert (prop.parents, prop.offspring) == (ANY, 1)
     g = rng(16)
     pop = population(MIXED, 12)
@@ -362,7 +363,7 @@ def test_default_propagator_fills_then_breeds():
 
 @pytest.mark.parametrize("selection", ["best", "uniform", "tournament"])
 def test_default_propagator_random_init_share_and_selections(selection):
-    prop = default_propagator(MIXED, 8, selection=selection)
+    prop = default_propagator(MIXED, 8, EvolutionConfig(selection=selection))
     pop = population(MIXED, 12)
     g = rng(17)
     n = 3000
@@ -376,7 +377,7 @@ def test_default_propagator_random_init_share_and_selections(selection):
 
 def test_default_propagator_validates_and_skips_interval_mutation_without_numbers():
     with pytest.raises(ValueError, match="selection"):
-        default_propagator(MIXED, 4, selection="roulette")
+        default_propagator(MIXED, 4, EvolutionConfig(selection="roulette"))
     with pytest.raises(ValueError, match="population_size"):
         default_propagator(MIXED, 1)
     cats = Space((CategoricalParam("a", ("x", "y")), CategoricalParam("b", (1, 2, 3))))

@@ -9,10 +9,10 @@ import h5py
 import numpy as np
 import pytest
 
+from atoll.engine.topology import plan_layout
 from atoll.individual import Status
+from atoll.job.plan import share
 from atoll.record import open_run
-from atoll.runner import share
-from atoll.topology import plan_layout
 from conftest import mpirun_atoll
 
 

@@ -3,8 +3,8 @@
 import math
 import random
 
+from atoll.engine.population import Population
 from atoll.individual import Individual, Status
-from atoll.population import Population
 
 
 def ind(i, loss, version=0, owner=0, status=Status.OK):

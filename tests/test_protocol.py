@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from atoll.engine.protocol import Codec
 from atoll.individual import Individual, Origin, Status
-from atoll.protocol import Codec
 from atoll.space import Space
 from conftest import ROOT, mpirun_cmd, run
 

@@ -29,7 +29,6 @@ from atoll.record import (
     check_run,
     consolidate,
     create_run,
-    describe,
     end_job,
     open_run,
     read_completed,
@@ -43,6 +42,7 @@ from atoll.record.schema import (
     migration_dtype,
 )
 from atoll.space import Space
+from atoll.views.inspect import describe
 
 APP = str(Path(__file__).resolve().parents[1] / "app")
 SPACE = {
@@ -399,7 +399,7 @@ def test_jobs_and_run_info(tmp_path: Path, space: Space) -> None:
     before = digest(paths.run_dir)
     info = check_run(paths, space)
     assert digest(paths.run_dir) == before  # check_run only reads
-    assert info.evaluations == 16 and info.next_id == 16 and info.next_job == 2
+    assert len(info.jobs) == 2 and info.budget == 40
     assert info.config_table["search"]["budget"] == 40 and info.space == space
     assert list(info.jobs["stop"]) == [5060.0, 9060.0]
     assert json.loads(info.jobs["slurm"][1]) == {"SLURM_JOB_ID": "123"}
@@ -430,7 +430,7 @@ def test_create_run_accepts_an_empty_directory(tmp_path: Path, space: Space) -> 
     (tmp_path / "empty").mkdir()
     create_run(RunPaths(tmp_path / "empty"), config_table={}, config_text="", space=space,
                budget=1)
-    assert check_run(RunPaths(tmp_path / "empty"), space).evaluations == 0
+    assert len(check_run(RunPaths(tmp_path / "empty"), space).jobs) == 0
 
 
 def _bump_schema(path: Path) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from atoll.engine.restore import completed_count, moved_islands, restore_population
+from atoll.engine.topology import plan_layout
 from atoll.individual import Status
 from atoll.record.schema import MODE_NAMES, individual_dtype, migration_dtype
-from atoll.restore import completed_count, moved_islands, restore_population
 from atoll.space import Space
-from atoll.topology import plan_layout
 
 SPACE = Space.from_dict({"x": {"type": "float", "low": 0, "high": 1},
                          "c": {"type": "categorical", "choices": ["a", "b"]}})

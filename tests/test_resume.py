@@ -13,9 +13,9 @@ import h5py
 import numpy as np
 import pytest
 
+from atoll.engine.restore import completed_count
 from atoll.individual import Status
 from atoll.record import open_run
-from atoll.restore import completed_count
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 SLOW_CONFIG = "tests/configs/slow_sphere.toml"

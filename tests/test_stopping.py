@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from atoll.engine.restore import completed_count
+from atoll.engine.stopping import PROBE_INTERVAL
 from atoll.individual import Status
 from atoll.record import open_run
-from atoll.restore import completed_count
-from atoll.stopping import PROBE_INTERVAL
 from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids, run
 
 CONFIG = "tests/configs/slow_sphere.toml"

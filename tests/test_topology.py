@@ -2,8 +2,8 @@
 
 import pytest
 
+from atoll.engine.topology import plan_layout
 from atoll.errors import LayoutError
-from atoll.topology import plan_layout
 
 
 @pytest.mark.parametrize("world,k,islands", [(1, 1, 1), (4, 1, 2), (4, 2, 2), (8, 2, 3),

@@ -16,7 +16,7 @@ from atoll.config import Config, load_config
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from atoll.runner import JobSummary
+    from atoll.job.runner import JobSummary
 
 __all__ = ["load_config", "search"]
 
@@ -26,6 +26,6 @@ def search(config: Config, run_dir: str | os.PathLike[str], *,
     """Run a new search in ``run_dir``; every rank of ``comm`` (default: world) must call it."""
     from mpi4py import MPI
 
-    from atoll.runner import run_search
+    from atoll.job.runner import run_search
 
     return run_search(config, Path(run_dir), comm if comm is not None else MPI.COMM_WORLD)

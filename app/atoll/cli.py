@@ -68,8 +68,8 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
           --set search.islands=2 --set migration.mode=pollination
     """
     from atoll.config import load_config
+    from atoll.job.runner import run_search
     from atoll.logs import launcher_rank, setup_logging
-    from atoll.runner import run_search
 
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
@@ -99,7 +99,8 @@ def _mpi_job(job: Callable[[Any], Any]) -> Any:
 def _finish(summary: Any, top: int) -> None:
     """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
     from atoll.logs import launcher_rank
-    from atoll.record import describe, open_run
+    from atoll.record import open_run
+    from atoll.views.inspect import describe
 
     if launcher_rank() == 0:
         click.echo(describe(open_run(summary.run_dir), top=top))
@@ -127,8 +128,8 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
     Example (a requeued job with another allocation):
       mpirun -n 8 atoll resume runs/sphere --set search.islands=4
     """
+    from atoll.job.runner import resume_search
     from atoll.logs import launcher_rank, setup_logging
-    from atoll.runner import resume_search
 
     setup_logging(launcher_rank(), debug)
     _finish(_guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),
@@ -141,7 +142,8 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def inspect(run_dir: Path, top: int, debug: bool) -> None:
     """Print a run's metadata, counts by status and best individuals (reads files only)."""
-    from atoll.record import describe, open_run
+    from atoll.record import open_run
+    from atoll.views.inspect import describe
 
     click.echo(_guarded(lambda: describe(open_run(run_dir), top=top), debug))
 

@@ -17,18 +17,42 @@ import importlib.resources
 import math
 import os
 import tomllib
-import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atoll.errors import ConfigError
+from atoll.evolution.selection import SELECTIONS
 from atoll.objectives.benchmarks import BENCHMARKS
 from atoll.space import INT64_MAX, FloatParam, Space, key_path
 
 DEFAULT_CONFIG = "default.toml"
 """The embedded default (``atoll`` package data), used when no file is given."""
+MIGRATION_MODES = ("migration", "pollination")
+"""``migration`` moves individuals to another island, ``pollination`` sends copies."""
+BACKENDS = ("auto", "gloo", "nccl")
+"""Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
+
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only mapping that, unlike ``types.MappingProxyType``, can be pickled: a Config is
+    planned once on rank 0 and broadcast to the other ranks as it is."""
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return repr(self._items)
 
 
 @dataclass(frozen=True)
@@ -38,8 +62,7 @@ class ObjectiveConfig:
     name: str = "sphere"
     dimensions: int | None = None
     data_dir: str = ""
-    options: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({}),
-                                       hash=False)
+    options: Mapping[str, Any] = field(default_factory=lambda: FrozenMap({}), hash=False)
 
 
 @dataclass(frozen=True)
@@ -74,6 +97,11 @@ class MigrationConfig:
     mode: str = "migration"
     probability: float = 0.1
     migrants: int = 1
+
+    @property
+    def moves(self) -> bool:
+        """Whether emigrants leave their island (migration) or are copied (pollination)."""
+        return self.mode == "migration"
 
 
 @dataclass(frozen=True)
@@ -190,14 +218,14 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
-        "selection": _one_of("best", "uniform", "tournament"), "tournament_size": _integer(2)}),
+        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2)}),
     "migration": (MigrationConfig, {
-        "mode": _one_of("migration", "pollination"), "probability": _probability,
+        "mode": _one_of(*MIGRATION_MODES), "probability": _probability,
         "migrants": _integer(1)}),
     "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True),
                               "top_models": _integer(0)}),
     "distributed": (DistributedConfig, {
-        "backend": _one_of("auto", "gloo", "nccl"), "timeout": _number(0.0, strict=True)}),
+        "backend": _one_of(*BACKENDS), "timeout": _number(0.0, strict=True)}),
 }
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options")
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
@@ -268,7 +296,7 @@ _TOML_SCALARS = (str, int, float, bool, datetime.date, datetime.time)  # datetim
 def _freeze(value: Any, key: str) -> Any:
     """A read-only deep copy of TOML data: tables become mapping proxies, arrays tuples."""
     if isinstance(value, Mapping):
-        return types.MappingProxyType(
+        return FrozenMap(
             {str(k): _freeze(v, key_path(key, str(k))) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v, f"{key}[{i}]") for i, v in enumerate(value))

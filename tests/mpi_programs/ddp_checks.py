@@ -2,8 +2,9 @@
 
     mpirun -n 4 python tests/mpi_programs/ddp_checks.py OUT.json MNIST_ROOT STAGE_DIR WEIGHTS_DIR
 
-COMM_WORLD is split into two workers of 2 ranks and each gets a real ``atoll.context.Context``
-per individual, built as ``atoll.runner`` builds it, so the real process-group path runs (gloo).
+COMM_WORLD is split into two workers of 2 ranks; each gets its ``WorkerServices`` (the one
+factory of contexts the engine uses too) and a real ``Context`` per individual, so the real
+process-group path runs (gloo).
 Every rank collects what it saw; rank 0 writes all of it to OUT.json and the test asserts.
 """
 
@@ -19,11 +20,11 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-import atoll.distributed
-from atoll.context import Context
 from atoll.errors import ObjectiveError
+from atoll.evaluation.context import Context, WorkerServices
+from atoll.evaluation.process_group import ProcessGroupOwner
 from atoll.objectives import classifier, data
-from atoll.weights import save_state_dict
+from atoll.record.models import save_state_dict
 
 SEED = 5
 PARAMS = [{"conv_layers": 2, "activation": "tanh", "lr": 0.01, "gamma": 0.9},
@@ -41,7 +42,7 @@ def _counting_init(*args: Any, **kwargs: Any) -> Any:
     return _real_init(*args, **kwargs)
 
 
-dist.init_process_group = _counting_init  # distributed.py looks it up at call time
+dist.init_process_group = _counting_init  # process_group.py looks it up at call time
 
 
 class Probe(Context):
@@ -54,16 +55,22 @@ class Probe(Context):
 
 
 LOCAL_RANK = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()  # as topology does
+GROUP: ProcessGroupOwner | None = None  # one owner per process, as in a job
 
 
 def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options: dict[str, Any],
              data_dir: str | None = None) -> Probe:
+    global GROUP
+    if GROUP is None:
+        GROUP = ProcessGroupOwner(comm, "gloo", 60.0, LOCAL_RANK)
+
     def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
         epochs.append({"individual": i, "epoch": epoch, **metrics})
 
-    return Probe(comm=comm, individual_id=ind_id, seed=SEED,
-                 data_dir=Path(data_dir) if data_dir else None, options=options,
-                 backend="gloo", timeout=60.0, local_rank=LOCAL_RANK, _sink=sink)
+    services = WorkerServices(comm=comm, group=GROUP, seed=SEED,
+                              data_dir=Path(data_dir) if data_dir else None, options=options,
+                              local_rank=LOCAL_RANK, record_epoch=sink)
+    return Probe(services, ind_id)
 
 
 def checksum(state: dict[str, torch.Tensor]) -> str:
@@ -95,7 +102,7 @@ def individuals(comm: MPI.Comm, worker: int, weights_dir: Path) -> dict[str, Any
         facts["individuals"].append({
             "id": ind_id, "params": params, "loss": loss, "kept_loss": kept_loss,
             "checksum": checksum(state), "epochs": epochs, "together": together,
-            "alone": alone, "group_id": id(atoll.distributed._GROUP),
+            "alone": alone, "group_id": id(GROUP.current) if GROUP else None,
             "init_calls": INIT_CALLS})
     return facts
 
@@ -144,7 +151,8 @@ def main() -> None:
              **individuals(comm, worker, Path(weights_dir)),
              "shards": shards(comm), "mnist": mnist(comm, worker, mnist_root, stage_dir),
              "final_init_calls": INIT_CALLS}
-    atoll.distributed.close_worker_group()
+    if GROUP is not None:
+        GROUP.close()
     gathered = world.gather(facts, root=0)
     if world.Get_rank() == 0:
         Path(out).write_text(json.dumps(gathered))

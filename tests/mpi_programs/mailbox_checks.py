@@ -1,4 +1,4 @@
-"""What leaders receive through ``atoll.protocol.Mailbox``, for tests/test_protocol.py.
+"""What leaders receive through ``atoll.engine.protocol.MpiMailbox``, for tests/test_protocol.py.
 
     mpirun -n RANKS python tests/mpi_programs/mailbox_checks.py OUT.json BURST
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
+from atoll.engine.protocol import Codec, MpiMailbox, Tag
 from atoll.individual import Individual, Status
-from atoll.protocol import Codec, Mailbox, Tag
 from atoll.space import Space
 
 SPACE = Space.from_dict({"x": {"type": "float", "low": -1.0, "high": 1.0},
@@ -28,7 +28,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     me, size = comm.Get_rank(), comm.Get_size()
     others = [r for r in range(size) if r != me]
-    mailbox = Mailbox(comm, Codec(SPACE))
+    mailbox = MpiMailbox(comm, Codec(SPACE))
     got: list[list[object]] = []
 
     def handle(tag: Tag, source: int, payload: object) -> None:

@@ -1,4 +1,4 @@
-"""How often ``atoll.stopping.StopFlag`` probes, and that a notice still arrives, for
+"""How often ``atoll.engine.stopping.StopFlag`` probes, and that a notice still arrives, for
 tests/test_stopping.py.
 
     mpirun -n 2 python tests/mpi_programs/stop_checks.py OUT.json
@@ -20,7 +20,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from atoll.stopping import StopFlag
+from atoll.engine.stopping import StopFlag
 
 CALLS = 20_000
 ROUNDS = 50

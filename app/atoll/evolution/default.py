@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from atoll.evolution.base import Compose, Conditional, Propagator, check_count
 from atoll.evolution.crossover import CrossoverUniform
 from atoll.evolution.init import InitUniform
 from atoll.evolution.mutation import IntervalMutationNormal, PointMutation, interval_params
-from atoll.evolution.selection import SelectBest, SelectTournament, SelectUniform
+from atoll.evolution.selection import (
+    SELECTIONS,
+    SelectBest,
+    SelectTournament,
+    SelectUniform,
+)
 from atoll.space import Space
 
-SELECTIONS = ("best", "uniform", "tournament")
+if TYPE_CHECKING:
+    from atoll.config import EvolutionConfig
 
 
-def default_propagator(space: Space, population_size: int, *, crossover: float = 0.7,
-                       mutation: float = 0.4, random_init: float = 0.1,
-                       sigma_factor: float = 0.05, selection: str = "best",
-                       tournament_size: int = 3) -> Propagator:
+def default_propagator(space: Space, population_size: int,
+                       settings: EvolutionConfig | None = None) -> Propagator:
     """Breed one individual: random ones until the population is full, then select and vary.
 
-    Pipeline once full: pool selection (``population_size`` individuals) -> 2 parents uniformly
-    -> uniform crossover (``crossover``) -> point mutation (``mutation``) -> Gaussian interval
-    mutation (probability 1, as in Propulate's ``get_default_propagator``) -> replacement by a
-    random individual (``random_init``). Like Propulate, the interval step is left out when the
+    ``settings`` is the config's ``[evolution]`` (its defaults when None; its
+    ``population_size`` is resolved by the caller). Pipeline once full: pool selection
+    (``population_size`` individuals) -> 2 parents uniformly -> uniform crossover
+    (``crossover``) -> point mutation (``mutation``) -> Gaussian interval mutation (probability
+    1, as in Propulate's ``get_default_propagator``) -> replacement by a random individual
+    (``random_init``). Like Propulate, the interval step is left out when the
     space has nothing it can move. Where Atoll differs from Propulate:
 
     - the interval mutation also moves ints and ordinals, in unit (log for log floats) space;
@@ -30,19 +38,23 @@ def default_propagator(space: Space, population_size: int, *, crossover: float =
       population arriving sorted), "uniform" or "tournament" (size ``tournament_size``);
     - ``population_size`` must be at least 2, since crossover needs two distinct parents.
     """
+    if settings is None:
+        from atoll.config import EvolutionConfig
+
+        settings = EvolutionConfig()
     check_count("population_size", population_size, minimum=2)
-    if selection not in SELECTIONS:
+    if settings.selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, "
-                         f"got {selection!r}")
+                         f"got {settings.selection!r}")
     steps: list[Propagator] = [
-        _pool(selection, population_size, tournament_size),
+        _pool(settings.selection, population_size, settings.tournament_size),
         SelectUniform(2),
-        CrossoverUniform(crossover),
-        PointMutation(space, mutation),
+        CrossoverUniform(settings.crossover),
+        PointMutation(space, settings.mutation),
     ]
     if interval_params(space):
-        steps.append(IntervalMutationNormal(space, sigma_factor, probability=1.0))
-    steps.append(InitUniform(space, random_init))
+        steps.append(IntervalMutationNormal(space, settings.sigma_factor, probability=1.0))
+    steps.append(InitUniform(space, settings.random_init))
     return Conditional(population_size, Compose(steps), InitUniform(space))
 
 

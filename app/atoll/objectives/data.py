@@ -22,7 +22,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from atoll.collective import on_all, on_root
 from atoll.errors import ObjectiveError
 
 if TYPE_CHECKING:
@@ -130,11 +131,11 @@ def load_for_worker(dataset: str, root: Path | str | None, split: str, comm: MPI
         return _CACHE[key]
     check_name(dataset)
     if dataset == "digits":
-        data = _collective(comm, lambda: _read("digits", None, split))
+        data = on_all(comm, lambda: _read("digits", None, split), ObjectiveError)
     else:
         source = require_root(dataset, root)
         where = prepare_on_node(comm, dataset, source, stage_dir)
-        data = _collective(comm, lambda: _read(dataset, where, split))
+        data = on_all(comm, lambda: _read(dataset, where, split), ObjectiveError)
     _CACHE[key] = data
     return data
 
@@ -272,21 +273,16 @@ def prepare_on_node(comm: MPI.Comm, dataset: str, root: Path, stage_dir: Path | 
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
-        outcome: tuple[str, str] = ("", "")
-        if node.Get_rank() == 0:
-            try:
-                where = stage(dataset, root, stage_dir) if stage_dir else root
-                check_files(dataset, where)
-                outcome = (str(where), "")
-            except (ObjectiveError, OSError) as exc:
-                outcome = ("", _one_line(exc))
-        where_text, error = node.bcast(outcome, root=0)
+        return on_all(comm, lambda: on_root(node, lambda: _check_staged(dataset, root, stage_dir),
+                                            ObjectiveError), ObjectiveError)
     finally:
         node.Free()
-    errors = [e for e in comm.allgather(error) if e]
-    if errors:
-        raise ObjectiveError(errors[0])
-    return Path(where_text)
+
+
+def _check_staged(dataset: str, root: Path, stage_dir: Path | str) -> Path:
+    where = stage(dataset, root, stage_dir) if stage_dir else root
+    check_files(dataset, where)
+    return where
 
 
 def stage(dataset: str, root: Path, stage_dir: Path | str) -> Path:
@@ -314,24 +310,3 @@ def stage(dataset: str, root: Path, stage_dir: Path | str) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
-
-
-def _collective(comm: MPI.Comm, action: Callable[[], ImageSet]) -> ImageSet:
-    """Run ``action`` on every rank; if it fails on any, every rank raises the first error."""
-    result: ImageSet | None = None
-    error = ""
-    try:
-        result = action()
-    except (ObjectiveError, OSError) as exc:
-        error = _one_line(exc)
-    errors = [e for e in comm.allgather(error) if e]
-    if errors:
-        raise ObjectiveError(errors[0])
-    assert result is not None
-    return result
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.filename:
-        return f"{exc.filename}: {exc.strerror or exc}"
-    return (str(exc).splitlines() or [type(exc).__name__])[0]

@@ -20,10 +20,10 @@ from atoll.record.run import (
     check_run,
     create_run,
     end_job,
+    slurm_ids,
     software_versions,
 )
 from atoll.record.schema import SCHEMA_VERSION, check_param_names
-from atoll.record.summary import describe
 from atoll.record.writer import WorkerLog
 
 __all__ = [
@@ -39,10 +39,10 @@ __all__ = [
     "check_run",
     "consolidate",
     "create_run",
-    "describe",
     "end_job",
     "open_run",
     "read_completed",
     "read_history",
+    "slurm_ids",
     "software_versions",
 ]

@@ -1,23 +1,55 @@
-"""Opening record files with errors a user can act on, and JSON attributes."""
+"""Writing and opening record files: whole or not at all, with a header naming what they are,
+errors a user can act on, and JSON attributes."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
+import atoll
 from atoll.errors import RecordError
+from atoll.record.paths import temp_for
 from atoll.record.schema import SCHEMA_VERSION
 
 KIND_ATTR = "kind"
 RUN_KIND = "atoll-run"
 WORKER_KIND = "atoll-worker"
 RESULTS_KIND = "atoll-results"
+
+
+@contextlib.contextmanager
+def written_whole(path: Path, *, fsync: bool = False) -> Iterator[Path]:
+    """Write ``path`` whole or not at all: the block writes the temporary file it is given,
+    which then replaces ``path`` in one ``os.replace``. On any error the temporary file is
+    removed and the error raised; ``fsync`` makes the content durable before the rename."""
+    temp = temp_for(path)
+    try:
+        yield temp
+        if fsync:
+            with open(temp, "rb+") as handle:
+                os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a read-only file system refuses even this
+            temp.unlink(missing_ok=True)
+        raise
+
+
+def write_header(f: h5py.File, kind: str, **attrs: Any) -> None:
+    """The root attributes every Atoll file starts with, then ``attrs``."""
+    f.attrs[KIND_ATTR] = kind
+    f.attrs["schema_version"] = SCHEMA_VERSION
+    f.attrs["atoll_version"] = atoll.__version__
+    for name, value in attrs.items():
+        f.attrs[name] = value
 
 
 def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = False,

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import h5py
 
-import atoll
-from atoll.record._h5 import KIND_ATTR, RESULTS_KIND, to_json
+from atoll.record._h5 import RESULTS_KIND, to_json, write_header, written_whole
 from atoll.record.paths import RunPaths
 from atoll.record.reader import TABLES, open_run
-from atoll.record.schema import SCHEMA_VERSION, create_table, metric_docs, param_docs
+from atoll.record.schema import create_table, metric_docs, param_docs
 
 
 def consolidate(paths: RunPaths) -> Path:
@@ -24,24 +22,18 @@ def consolidate(paths: RunPaths) -> Path:
     """
     run = open_run(paths.run_dir)
     target = paths.results_file
-    temp = paths.temp_for(target)
     versions = json.loads(run.jobs["versions"][-1]) if len(run.jobs) else {}
     docs = {"individuals": param_docs(run.space),
             "epochs": metric_docs(run.epochs.dtype.names or ())}
     # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
-    with h5py.File(temp, "w", libver=("v108", "latest")) as f:
-        f.attrs[KIND_ATTR] = RESULTS_KIND
-        f.attrs["schema_version"] = SCHEMA_VERSION
-        f.attrs["atoll_version"] = atoll.__version__
-        f.attrs["consolidated"] = time.time()
-        f.attrs["created"] = run.metadata.get("created", float("nan"))
-        f.attrs["config"] = run.metadata.get("config", "")
-        f.attrs["config_json"] = to_json(run.config_table)
-        f.attrs["space"] = to_json(run.space.to_dict())
-        f.attrs["versions"] = to_json(versions)
+    with written_whole(target) as temp, h5py.File(temp, "w", libver=("v108", "latest")) as f:
+        write_header(f, RESULTS_KIND, consolidated=time.time(),
+                     created=run.metadata.get("created", float("nan")),
+                     config=run.metadata.get("config", ""),
+                     config_json=to_json(run.config_table), space=to_json(run.space.to_dict()),
+                     versions=to_json(versions))
         for name in TABLES:
             table = getattr(run, name)
             create_table(f, name, table.dtype, extra_docs=docs.get(name), data=table,
                          compress=True)
-    os.replace(temp, target)
     return target

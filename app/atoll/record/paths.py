@@ -68,8 +68,12 @@ class RunPaths:
         return sorted(found, key=_job_worker)
 
     def temp_for(self, path: Path) -> Path:
-        """Where ``path`` is written before an atomic ``os.replace`` puts it in place."""
-        return path.with_name(f".{path.name}.tmp")
+        return temp_for(path)
+
+
+def temp_for(path: Path) -> Path:
+    """Where ``path`` is written before an atomic ``os.replace`` puts it in place."""
+    return path.with_name(f".{path.name}.tmp")
 
 
 def _job_worker(path: Path) -> tuple[int, int, str]:

@@ -28,13 +28,13 @@ from atoll.record._h5 import (
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
     EPOCH_COLUMNS,
+    NEW_EPOCHS,
     committed,
     epoch_dtype,
     individual_dtype,
     job_dtype,
     migration_dtype,
 )
-from atoll.record.writer import NEW_EPOCHS
 from atoll.space import Space
 
 if TYPE_CHECKING:

@@ -24,20 +24,20 @@ import numpy as np
 import atoll
 from atoll.errors import AtollError, RecordError
 from atoll.record._h5 import (
-    KIND_ATTR,
     RUN_KIND,
     WORKER_KIND,
     decoded,
     json_attr,
     open_h5,
-    text,
     to_json,
     write_error,
+    write_header,
+    written_whole,
 )
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
+    NEW_EPOCHS,
     ROWS_ATTR,
-    SCHEMA_VERSION,
     check_param_names,
     committed,
     create_table,
@@ -51,26 +51,14 @@ _RUN_HINT = "restore it from a backup, or start a new run directory"
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What a resume needs to know about an existing run."""
+    """What a job needs to know about an existing run before it continues it."""
 
-    run_dir: Path
-    schema_version: int
     config_table: dict[str, Any]
-    config_text: str
     space: Space
     jobs: np.ndarray
     """The jobs table: job, start, stop, exit_code, hosts, layout, versions, slurm (JSON)."""
-    worker_files: tuple[Path, ...]
-    evaluations: int
-    """Individuals recorded so far, any status: what the run has spent of its budget."""
-    next_id: int
-    """The first individual id no earlier job used."""
     budget: int
     """Evaluations the whole run completes, fixed when the run was created."""
-
-    @property
-    def next_job(self) -> int:
-        return len(self.jobs)
 
 
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
@@ -80,25 +68,17 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
     check_param_names(space)
     run_dir = paths.run_dir
     made = not run_dir.exists()
-    temp = paths.temp_for(paths.run_file)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
-        with h5py.File(temp, "w", libver=("v108", "latest")) as f:
-            f.attrs[KIND_ATTR] = RUN_KIND
-            f.attrs["schema_version"] = SCHEMA_VERSION
-            f.attrs["atoll_version"] = atoll.__version__
-            f.attrs["created"] = time.time()
-            f.attrs["config"] = config_text
-            f.attrs["config_json"] = to_json(dict(config_table))
-            f.attrs["space"] = to_json(space.to_dict())
-            f.attrs["budget"] = budget
-            create_table(f, "jobs", job_dtype())
-        os.replace(temp, paths.run_file)
+        with written_whole(paths.run_file) as temp:
+            # v108 stores attributes over 64 KiB (a long config); HDF5 1.8 and later read it.
+            with h5py.File(temp, "w", libver=("v108", "latest")) as f:
+                write_header(f, RUN_KIND, created=time.time(), config=config_text,
+                             config_json=to_json(dict(config_table)),
+                             space=to_json(space.to_dict()), budget=budget)
+                create_table(f, "jobs", job_dtype())
         paths.workers_dir.mkdir(exist_ok=True)
     except OSError as exc:  # read-only, full, no permission: leave nothing behind
-        with contextlib.suppress(OSError):  # a read-only file system refuses even this
-            temp.unlink(missing_ok=True)
         for made_dir in (paths.workers_dir, run_dir) if made else ():
             with contextlib.suppress(OSError):
                 made_dir.rmdir()  # only if empty: never removes anything it did not make
@@ -140,10 +120,8 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
                           "of an Atoll run, or use 'atoll search' to start a new one")
     with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True) as f:
-        version = int(f.attrs["schema_version"])
         stored = json_attr(f, "space", paths.run_file)
         config_table = json_attr(f, "config_json", paths.run_file)
-        config_text = text(f.attrs.get("config", ""))
         budget = int(f.attrs.get("budget", 0))
         try:
             jobs = decoded(committed(f["jobs"]))
@@ -160,26 +138,20 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         if diff:
             raise RecordError(f"{run_dir}: the search space differs from the run's: {diff}; "
                               "resume with the run's space or start a new run directory")
-    evaluations, next_id = 0, 0
-    workers = tuple(paths.worker_files())
-    for path in workers:
-        count, top = _check_worker(path, stored)
-        evaluations += count
-        next_id = max(next_id, top + 1)
-    return RunInfo(run_dir, version, config_table, config_text, run_space, jobs, workers,
-                   evaluations, next_id, budget)
+    for path in paths.worker_files():
+        _check_worker(path, stored)
+    return RunInfo(config_table, run_space, jobs, budget)
 
 
-def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:
-    """Open a worker file as a resume will; return (committed individuals, largest id)."""
+def _check_worker(path: Path, stored_space: Any) -> None:
+    """Open a worker file as a resume will: readable, locked by no one, of this space."""
     hint = f"move it out of {path.parent} to resume without its rows"
     with open_h5(path, hint=hint, kind=WORKER_KIND, lock=True) as f:
         try:
             worker_space = json_attr(f, "space", path)
             ds = f["individuals"]
-            rows = min(int(ds.attrs.get(ROWS_ATTR, ds.shape[0])), ds.shape[0])
-            ids = ds.fields("id")[:rows]
-            if "epochs" not in f and "epochs.new" not in f:
+            ds.fields("id")[:min(int(ds.attrs.get(ROWS_ATTR, ds.shape[0])), ds.shape[0])]
+            if "epochs" not in f and NEW_EPOCHS not in f:
                 raise KeyError("no epochs table")
             f["migrations"].attrs.get(ROWS_ATTR)
         except RecordError:
@@ -189,7 +161,6 @@ def _check_worker(path: Path, stored_space: Any) -> tuple[int, int]:
     if worker_space != stored_space:
         diff = _dict_difference(worker_space, stored_space, "in the worker file", "in run.h5")
         raise RecordError(f"{path}: its search space differs from run.h5's: {diff}; {hint}")
-    return rows, int(ids.max()) if rows else -1
 
 
 def space_difference(stored: Mapping[str, Any], space: Space) -> str | None:
@@ -270,7 +241,8 @@ def _open_for_write(paths: RunPaths) -> h5py.File:
 
 
 def software_versions(mpi_library: str = "") -> dict[str, str]:
-    """Versions worth recording; never imports torch or mpi4py to learn them."""
+    """Versions worth recording; never imports torch or mpi4py to learn them. The MPI
+    library's is taken from ``mpi_library``, else from mpi4py if the job loaded it."""
     versions = {"atoll": atoll.__version__, "python": sys.version.split()[0],
                 "numpy": np.__version__, "h5py": h5py.version.version,
                 "hdf5": h5py.version.hdf5_version}
@@ -283,6 +255,18 @@ def software_versions(mpi_library: str = "") -> dict[str, str]:
             except metadata.PackageNotFoundError:
                 continue
         versions[name] = str(found)
+    loaded_mpi = sys.modules.get("mpi4py.MPI")
+    if not mpi_library and loaded_mpi is not None:
+        mpi_library = loaded_mpi.Get_library_version().splitlines()[0]
     if mpi_library:
         versions["mpi_library"] = mpi_library.strip()
     return versions
+
+
+SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+              "SLURM_RESTART_COUNT", "SLURM_JOB_NODELIST")
+"""What a job records of its SLURM allocation, to match a job row with the scheduler's."""
+
+
+def slurm_ids() -> dict[str, str]:
+    return {k: os.environ[k] for k in SLURM_KEYS if k in os.environ}

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 import h5py
 import numpy as np
 
+from atoll.config import MIGRATION_MODES
 from atoll.errors import ConfigError, RecordError
 from atoll.individual import Origin, Status
 from atoll.space import CategoricalParam, FloatParam, IntParam, Param, Space
@@ -22,9 +23,12 @@ SCHEMA_VERSION = 1
 """Bumped whenever a reader of the old version would misread a new file."""
 
 ROWS_ATTR = "rows"
+NEW_EPOCHS = "epochs.new"
+"""Where a worker log builds a widened epochs table before it replaces ``epochs``; readers
+take ``epochs`` if present, else this."""
 STATUS_NAMES = {s.name.lower(): int(s) for s in Status}
 ORIGIN_NAMES = {o.name.lower(): int(o) for o in Origin}
-MODE_NAMES = {"migration": 0, "pollination": 1}
+MODE_NAMES = {mode: code for code, mode in enumerate(MIGRATION_MODES)}
 
 STR = h5py.string_dtype()
 STATUS = h5py.enum_dtype(STATUS_NAMES, basetype="i1")
@@ -41,8 +45,8 @@ COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         "generation": ("generation on its island when it was bred", ""),
         "parent_a": ("first parent's id, -1 if none", ""),
         "parent_b": ("second parent's id, -1 if none", ""),
-        "origin": ("how its parameters were made: random or bred", ""),
-        "status": ("how its evaluation ended: ok, failed, pruned, interrupted", ""),
+        "origin": (f"how its parameters were made: {' or '.join(ORIGIN_NAMES)}", ""),
+        "status": (f"how its evaluation ended: {', '.join(STATUS_NAMES)}", ""),
         "version": ("number of migrations before it was recorded", ""),
         "born": ("when it was created", _UNIX),
         "started": ("when its evaluation started", _UNIX),

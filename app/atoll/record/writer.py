@@ -9,10 +9,8 @@ sees whole flushed batches only (MACHINE.md, "HDF5 and kill -9").
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
@@ -23,14 +21,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-import atoll
 from atoll.errors import RecordError
 from atoll.individual import Individual
-from atoll.record._h5 import KIND_ATTR, WORKER_KIND, to_json, write_error
+from atoll.record._h5 import WORKER_KIND, to_json, write_error, write_header, written_whole
 from atoll.record.schema import (
     MODE_NAMES,
+    NEW_EPOCHS,
     ROWS_ATTR,
-    SCHEMA_VERSION,
     check_metric_name,
     create_table,
     epoch_dtype,
@@ -43,9 +40,6 @@ from atoll.record.schema import (
 from atoll.space import Space
 
 log = logging.getLogger(__name__)
-
-NEW_EPOCHS = "epochs.new"
-"""Where a widened epochs table is built before it replaces ``epochs`` (readers know it)."""
 
 
 class WorkerLog:
@@ -265,26 +259,16 @@ def _create(path: Path, space: Space, *, job: int, worker: int) -> h5py.File:
     if path.exists():
         raise RecordError(f"{path}: exists already; each job writes new worker files, so "
                           "this job number was used before")
-    temp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(temp, "w") as f:
-            f.attrs[KIND_ATTR] = WORKER_KIND
-            f.attrs["schema_version"] = SCHEMA_VERSION
-            f.attrs["atoll_version"] = atoll.__version__
-            f.attrs["job"] = job
-            f.attrs["worker"] = worker
-            f.attrs["created"] = time.time()
-            f.attrs["closed"] = False
-            f.attrs["space"] = to_json(space.to_dict())
+        with written_whole(path) as temp, h5py.File(temp, "w") as f:
+            write_header(f, WORKER_KIND, job=job, worker=worker, created=time.time(),
+                         closed=False, space=to_json(space.to_dict()))
             create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
             create_table(f, "epochs", epoch_dtype(()))
             create_table(f, "migrations", migration_dtype())
             create_table(f, "population", population_dtype())  # filled at a clean end
-        os.replace(temp, path)
     except OSError as exc:  # read-only, full, no permission: one line, no half-written file
-        with contextlib.suppress(OSError):  # a read-only file system refuses even this
-            temp.unlink(missing_ok=True)
         raise write_error(path.parent, exc) from exc
     return h5py.File(path, "r+")
 

@@ -19,14 +19,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from atoll.config import BACKENDS
 from atoll.errors import AtollError
 
 if TYPE_CHECKING:
     import torch
     from mpi4py import MPI
-
-BACKENDS = ("auto", "gloo", "nccl")
-
 
 class DistributedError(AtollError):
     """The worker's process group could not be made or failed its check."""
@@ -46,9 +44,6 @@ class WorkerGroup:
         import torch.distributed as dist
 
         return dist.group.WORLD
-
-
-_GROUP: WorkerGroup | None = None
 
 
 def choose_backend(requested: str) -> str:
@@ -76,23 +71,48 @@ def choose_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def worker_group(comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0,
-                 local_rank: int = 0) -> WorkerGroup:
-    """The worker's process group, created on first use (collective over ``comm`` only).
+class ProcessGroupOwner:
+    """The one owner of a worker's torch process group on this rank: it makes the group on
+    first use, hands the same one to every individual, and destroys it when a failure may have
+    left it out of step or when the job ends.
 
-    ``local_rank`` is this rank's index among the job's ranks on its node (see topology).
+    A process belongs to one worker, so the group is torch's default (process-wide) group:
+    make one owner per process. ``local_rank`` is this rank's index among the job's ranks on
+    its node (see topology).
     """
-    global _GROUP
-    if _GROUP is not None:
-        return _GROUP
-    # An evaluation time limit (SIGALRM) must not cut a collective setup short on one rank
-    # only: it is held back until the group exists, then fires in the objective as usual.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    try:
-        _GROUP = _create_group(comm, backend, timeout, local_rank)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    return _GROUP
+
+    def __init__(self, comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0,
+                 local_rank: int = 0) -> None:
+        self.comm = comm
+        self.backend = backend
+        self.timeout = timeout
+        self.local_rank = local_rank
+        self.current: WorkerGroup | None = None
+        """The live group, or None before first use and after :meth:`close`."""
+
+    def get(self) -> WorkerGroup:
+        """The worker's group, created on first use (collective over the worker's ranks)."""
+        if self.current is not None:
+            return self.current
+        # An evaluation time limit (SIGALRM) must not cut a collective setup short on one rank
+        # only: it is held back until the group exists, then fires in the objective as usual.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            self.current = _create_group(self.comm, self.backend, self.timeout,
+                                         self.local_rank)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        return self.current
+
+    def close(self) -> None:
+        """Destroy the group and drop its store; the next :meth:`get` makes a new one."""
+        if self.current is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.current = None
 
 
 def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
@@ -113,18 +133,6 @@ def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
         dist.destroy_process_group()
         raise
     return group
-
-
-def close_worker_group() -> None:
-    """Destroy the process group and close the store (end of the job)."""
-    global _GROUP
-    if _GROUP is None:
-        return
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    _GROUP = None
 
 
 def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:

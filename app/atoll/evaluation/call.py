@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
-from atoll.context import Context
+from atoll.evaluation.context import Context
 from atoll.individual import Status
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from atoll.protocol import wait_gently
+from atoll.engine.backoff import wait_gently
 
 if TYPE_CHECKING:
     from mpi4py import MPI

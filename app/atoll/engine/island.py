@@ -12,17 +12,28 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from atoll.config import MigrationConfig
+from atoll.engine.population import Population
+from atoll.engine.protocol import Handler, Tag
+from atoll.engine.topology import Layout
 from atoll.evolution import Propagator
 from atoll.individual import Individual, Status
-from atoll.population import Population
-from atoll.protocol import Mailbox, Tag
-from atoll.topology import Layout
 
 log = logging.getLogger(__name__)
+
+
+class Mailbox(Protocol):
+    """How a leader talks to the other leaders: :class:`atoll.engine.protocol.MpiMailbox`
+    in a job; an in-memory one in tests and benchmarks drives several loops in one process."""
+
+    def send_individual(self, tag: Tag, ind: Individual, to: Iterable[int]) -> None: ...
+    def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None: ...
+    def poll(self, handle: Handler) -> int: ...
+    def drain(self, handle: Handler) -> None: ...
 
 
 class Recorder(Protocol):
@@ -33,19 +44,6 @@ class Recorder(Protocol):
                       to_island: int, from_worker: int, to_worker: int, time: float) -> None: ...
     def maybe_flush(self, now: float | None = None) -> bool: ...
     def flush(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class MigrationPolicy:
-    """Migration moves individuals to another island; pollination sends copies."""
-
-    mode: str = "migration"
-    probability: float = 0.1
-    migrants: int = 1
-
-    @property
-    def moves(self) -> bool:
-        return self.mode == "migration"
 
 
 @dataclass
@@ -97,7 +95,7 @@ class IslandLoop:
 
     def __init__(self, *, layout: Layout, worker: int, mailbox: Mailbox,
                  propagator: Propagator, evaluate: Evaluator, recorder: Recorder,
-                 migration: MigrationPolicy, rng: random.Random, id_base: int = 0,
+                 migration: MigrationConfig, rng: random.Random, id_base: int = 0,
                  population: Population | None = None) -> None:
         self.layout = layout
         self.worker = worker

@@ -12,10 +12,10 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
+from atoll.engine.population import Population
+from atoll.engine.topology import Layout
 from atoll.individual import Individual, Origin, Status
-from atoll.population import Population
 from atoll.space import Space
-from atoll.topology import Layout
 
 COMPLETED = (Status.OK, Status.FAILED, Status.PRUNED)
 """Statuses that spend budget; an interrupted evaluation is redone on resume."""

@@ -86,11 +86,11 @@ class Topology:
         return self.layout.workers_on_island(self.island)
 
 
-def build_topology(world: MPI.Comm, ranks_per_worker: int, islands: int) -> Topology:
-    """Split ``world`` into workers and the leaders' communicator (collective on ``world``)."""
+def build_topology(world: MPI.Comm, layout: Layout) -> Topology:
+    """Split ``world`` into the workers and the leaders' communicator of ``layout`` (planned
+    for ``world``'s size; collective on ``world``)."""
     from mpi4py import MPI
 
-    layout = plan_layout(world.Get_size(), ranks_per_worker, islands)
     rank = world.Get_rank()
     worker = layout.worker_of_rank(rank)
     worker_comm = world.Split(color=worker, key=rank)

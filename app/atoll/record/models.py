@@ -1,4 +1,8 @@
-"""Model weights as HDF5, without pickle: one dataset per tensor, readable with h5py alone.
+"""Model weights as HDF5, without pickle, and the bookkeeping of which are kept.
+
+Each worker leader keeps the weights of its own best ``limit`` individuals (a superset of the
+run's best ``limit``, :class:`TopWeights`); when a job ends, rank 0 removes every file outside
+the run's top ``limit`` (:func:`prune_to_top`). Files are readable with h5py alone.
 
 A state dict ``{name: tensor}`` becomes one dataset per entry, named by its key (a ``/`` in a
 key makes groups, and reads back as the same key). Dtypes are kept; those numpy has no type
@@ -10,13 +14,16 @@ exists. Importing this module does not import torch.
 
 from __future__ import annotations
 
-import os
+import heapq
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+
+from atoll.record._h5 import written_whole
+from atoll.record.paths import RunPaths
 
 if TYPE_CHECKING:
     import torch
@@ -42,9 +49,8 @@ def save_state_dict(path: Path | str, state_dict: Mapping[str, torch.Tensor],
         if not key or key.startswith("/") or "//" in key or key.endswith("/"):
             raise ValueError(f"state_dict key {key!r} cannot name an HDF5 dataset")
         arrays[key] = (_to_numpy(tensor), str(tensor.dtype).removeprefix("torch."))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w", track_order=True) as f:
+    with written_whole(path, fsync=True) as temp:
+        with h5py.File(temp, "w", track_order=True) as f:
             f.attrs["format"] = FORMAT
             f.attrs["format_version"] = FORMAT_VERSION
             for name, value in (attrs or {}).items():
@@ -54,11 +60,6 @@ def save_state_dict(path: Path | str, state_dict: Mapping[str, torch.Tensor],
                 group = f.require_group(parent) if parent else f
                 ds = group.create_dataset(leaf, data=array)
                 ds.attrs["torch_dtype"] = dtype
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -120,3 +121,39 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+class TopWeights:
+    """One leader's best ``limit`` weight files under ``RUN_DIR/models``."""
+
+    def __init__(self, paths: RunPaths, limit: int) -> None:
+        self.paths = paths
+        self.limit = limit
+        self._worst_first: list[tuple[float, int]] = []  # (-loss, id): a max-heap on loss
+
+    def offer(self, individual_id: int, loss: float, state_dict: Mapping[str, Any]
+              ) -> Path | None:
+        """Store the weights if they rank among this leader's best; returns the file or None."""
+        if self.limit <= 0 or loss != loss:  # no keeping, or a NaN loss
+            return None
+        if len(self._worst_first) >= self.limit and -self._worst_first[0][0] <= loss:
+            return None
+        path = self.paths.model_file(individual_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss})
+        heapq.heappush(self._worst_first, (-loss, individual_id))
+        if len(self._worst_first) > self.limit:
+            _, dropped = heapq.heappop(self._worst_first)
+            self.paths.model_file(dropped).unlink(missing_ok=True)
+        return path
+
+
+def prune_to_top(paths: RunPaths, losses: Mapping[int, float], limit: int) -> list[int]:
+    """Delete weight files outside the run's best ``limit``; returns the ids kept."""
+    files = paths.model_files()
+    ranked = sorted((losses.get(i, float("inf")), i) for i in files)
+    keep = [i for _, i in ranked[:limit]]
+    for ind_id, path in files.items():
+        if ind_id not in keep:
+            path.unlink(missing_ok=True)
+    return keep

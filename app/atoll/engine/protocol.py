@@ -11,13 +11,13 @@ receiving until every one of them has arrived, so nothing is lost and nothing ha
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.engine.backoff import Backoff
 from atoll.individual import Individual, Origin, Status
 from atoll.space import CategoricalParam, FloatParam, IntParam, Space
 
@@ -93,7 +93,7 @@ Handler = Callable[[Tag, int, Any], None]
 """Called for each received message with (tag, source worker, Individual or (id, version))."""
 
 
-class Mailbox:
+class MpiMailbox:
     """Non-blocking sends and polling receives on the leaders' communicator."""
 
     def __init__(self, comm: MPI.Comm, codec: Codec) -> None:
@@ -197,27 +197,3 @@ class Mailbox:
         for request in self._receives:
             request.Free()
         self._receives = []
-
-
-class Backoff:
-    """Exponential back-off for polling loops: reacts within microseconds when busy, yet an
-    idle leader sleeps (up to 2 ms), so oversubscribed ranks leave their cores to evaluations."""
-
-    def __init__(self, start: float = 2e-5, limit: float = 2e-3) -> None:
-        self.start, self.limit = start, limit
-        self.delay = start
-
-    def reset(self) -> None:
-        self.delay = self.start
-
-    def wait(self) -> None:
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.limit)
-
-
-def wait_gently(request: MPI.Request) -> None:
-    """Wait for a non-blocking operation with :class:`Backoff` instead of MPI's busy polling,
-    which on an oversubscribed node takes the cores from ranks that still have work."""
-    backoff = Backoff()
-    while not request.Test():
-        backoff.wait()

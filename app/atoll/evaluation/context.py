@@ -1,7 +1,9 @@
 """What an objective sees of Atoll: the evaluation context ``ctx``.
 
-An objective is ``objective(params, ctx) -> loss`` and ``ctx`` is the only Atoll object it
-touches: it never sees message tags, files or the population.
+An objective is ``objective(params, ctx) -> loss`` and ``ctx`` (a :class:`Context`) is the only
+Atoll object it touches: it never sees message tags, files or the population. Objectives type
+their argument as ``atoll.Context`` and never build one: the engine builds one per individual
+from the worker's :class:`WorkerServices`, the only place where the context meets the engine.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +21,34 @@ if TYPE_CHECKING:
     import torch
     from mpi4py import MPI
 
+    from atoll.evaluation.process_group import ProcessGroupOwner
+
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
 """Receives (individual id, epoch, unix time, metrics) on the worker leader."""
 WeightSink = Callable[[int, float, Mapping[str, Any]], Any]
 """Receives (individual id, loss, state_dict) on the worker leader."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class WorkerServices:
+    """What every context of one worker shares: the run's settings for objectives and the
+    engine's hooks (the record, the kept weights, the stop agreement, the process group)."""
+
+    comm: MPI.Comm
+    group: ProcessGroupOwner
+    seed: int = 0
+    data_dir: Path | None = None
+    options: Mapping[str, Any] | None = None
+    local_rank: int = 0
+    record_epoch: EpochSink | None = None
+    offer_weights: WeightSink | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def context(self, individual_id: int) -> Context:
+        """The context of one evaluation."""
+        return Context(self, individual_id)
+
+
 class Context:
     """Everything one evaluation may use.
 
@@ -34,21 +57,35 @@ class Context:
     stream does not depend on which worker happens to evaluate the individual.
     """
 
-    comm: MPI.Comm
-    individual_id: int
-    seed: int = 0
-    """The run's seed; with ``individual_id`` it seeds ``rng``."""
-    data_dir: Path | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    backend: str = "auto"
-    timeout: float = 60.0
-    local_rank: int = 0
-    """This rank's index among the job's ranks on its node."""
-    _sink: EpochSink | None = field(default=None, repr=False)
-    _weights: WeightSink | None = field(default=None, repr=False)
-    _should_stop: Callable[[], bool] | None = field(default=None, repr=False)
-    interrupted: bool = False
-    """Set when ``report`` told the objective to stop because the job is stopping."""
+    def __init__(self, services: WorkerServices, individual_id: int) -> None:
+        self._services = services
+        self.individual_id = individual_id
+        self.interrupted = False
+        """Set when :meth:`report` told the objective to stop because the job is stopping."""
+
+    @property
+    def comm(self) -> MPI.Comm:
+        return self._services.comm
+
+    @property
+    def seed(self) -> int:
+        """The run's seed; with ``individual_id`` it seeds ``rng``."""
+        return self._services.seed
+
+    @property
+    def data_dir(self) -> Path | None:
+        """``objective.data_dir`` from the config (None when empty)."""
+        return self._services.data_dir
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """``[objective.options]`` from the config, read-only."""
+        return self._services.options or {}
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index among the job's ranks on its node."""
+        return self._services.local_rank
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:
@@ -75,17 +112,12 @@ class Context:
 
         First use is collective: every rank of the worker must ask for it (or for ``device``).
         """
-        return self._group().process_group
+        return self._services.group.get().process_group
 
     @property
     def device(self) -> torch.device:
         """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU."""
-        return self._group().device
-
-    def _group(self) -> Any:
-        from atoll.distributed import worker_group
-
-        return worker_group(self.comm, self.backend, self.timeout, self.local_rank)
+        return self._services.group.get().device
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
@@ -94,10 +126,11 @@ class Context:
         is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time), and then the individual is recorded as interrupted whatever it returns.
         """
-        if self._sink is not None:
-            self._sink(self.individual_id, int(epoch), time.time(),
-                       {k: float(v) for k, v in metrics.items()})
-        if self._should_stop is not None and self._should_stop():
+        services = self._services
+        if services.record_epoch is not None:
+            services.record_epoch(self.individual_id, int(epoch), time.time(),
+                                  {k: float(v) for k, v in metrics.items()})
+        if services.should_stop is not None and services.should_stop():
             self.interrupted = True
         return self.interrupted
 
@@ -107,5 +140,5 @@ class Context:
         The leader stores them (HDF5, no pickle) if the loss ranks among the run's best
         ``record.top_models``; other ranks may call it too, it does nothing there.
         """
-        if self._weights is not None and self.is_leader:
-            self._weights(self.individual_id, float(loss), state_dict)
+        if self._services.offer_weights is not None and self.is_leader:
+            self._services.offer_weights(self.individual_id, float(loss), state_dict)

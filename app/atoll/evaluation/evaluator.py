@@ -1,0 +1,80 @@
+"""A worker's evaluator: one context per individual, the objective's outcome, and the
+agreement of a multi-rank worker's ranks on it.
+
+Every rank of a worker evaluates each individual with its own :class:`WorkerEvaluator`; the
+leader's loss counts, but if any rank failed, the individual failed on all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atoll.evaluation.call import Objective, evaluate
+from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
+from atoll.evaluation.process_group import ProcessGroupOwner
+from atoll.individual import Individual, Status
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mpi4py import MPI
+
+    from atoll.config import Config
+
+INTERRUPTED = "stopped early: the job was asked to stop"
+
+
+class WorkerEvaluator:
+    """Evaluates individuals in place (loss, status, error, started, finished) on one rank."""
+
+    def __init__(self, objective: Objective, services: WorkerServices,
+                 eval_timeout: float = 0.0) -> None:
+        self.objective = objective
+        self.services = services
+        self.eval_timeout = eval_timeout
+        self._shared = services.comm.Get_size() > 1  # a multi-rank worker
+
+    @classmethod
+    def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
+                record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
+                should_stop: Callable[[], bool] | None = None) -> WorkerEvaluator:
+        """The evaluator of a job's worker, with its settings taken from ``config``."""
+        services = WorkerServices(
+            comm=comm, seed=config.seed, local_rank=local_rank,
+            group=ProcessGroupOwner(comm, config.distributed.backend,
+                                    config.distributed.timeout, local_rank),
+            data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
+            options=config.objective.options, record_epoch=record_epoch,
+            offer_weights=offer_weights, should_stop=should_stop)
+        return cls(objective, services, config.search.eval_timeout)
+
+    def __call__(self, ind: Individual) -> None:
+        ctx = self.services.context(ind.id)
+        ind.started = time.time()
+        ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
+                                                   self.eval_timeout)
+        if self._shared:
+            self._agree_on_failure(ind)
+        ind.finished = time.time()
+        if ctx.interrupted:
+            ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
+
+    def _agree_on_failure(self, ind: Individual) -> None:
+        """If any rank of the worker failed, the individual failed on every rank.
+
+        Every failing rank's error is recorded (a partner that waited in a collective fails by
+        timeout too). The process group may be out of step then: it is rebuilt on next use.
+        """
+        errors = self.services.comm.allgather(ind.error if ind.status == Status.FAILED else "")
+        failed = [f"rank {rank}: {error}" for rank, error in enumerate(errors) if error]
+        if not failed:
+            return
+        if failed != [f"rank 0: {ind.error}"]:
+            ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, "; ".join(failed)[:2000]
+        self.services.group.close()
+
+    def close(self) -> None:
+        """The end of the job on this rank: release the process group and its store."""
+        self.services.group.close()

@@ -1,0 +1,93 @@
+"""Planning a job, once, on world rank 0: which search, which budget, which rank layout.
+
+Planning only reads: a run directory that does not fit, a changed search or a layout that
+cannot work is an error before anything is written. The plan is then shared with every rank
+as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the layout again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from atoll import record
+from atoll.config import Config, apply_overrides, config_to_dict, parse_config
+from atoll.engine.topology import Layout, plan_layout
+from atoll.errors import ConfigError
+
+LAYOUT_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
+               "record.flush_interval")
+"""Settings that belong to a job, not to the run: a resume may change them."""
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What rank 0 decided before any work starts, shared with every rank."""
+
+    config: Config
+    layout: Layout
+    budget: int  # evaluations the whole run completes
+    resumed: bool  # whether the run exists already
+    config_text: str = ""  # the config as given, recorded for a new run
+    job: int = -1  # set when the job begins in the record, like the two below
+    done: int = 0  # evaluations completed by earlier jobs
+    next_id: int = 0  # first individual id this job may use
+
+    def begun(self, job: int, done: int, next_id: int) -> JobPlan:
+        return replace(self, job=job, done=done, next_id=next_id)
+
+
+def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
+                     config_text: str = "") -> JobPlan:
+    """``atoll search``: a new run, or the run in ``paths`` if it is the same search."""
+    if paths.run_file.exists():
+        info = record.check_run(paths, config.space)
+        _same_search(paths, info.config_table, config)
+        return JobPlan(config, _layout(config, world_size), info.budget, resumed=True)
+    record.check_new_run_dir(paths)
+    layout = _layout(config, world_size)
+    return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
+                   config_text=config_text)
+
+
+def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: int) -> JobPlan:
+    """``atoll resume``: the run's own search; ``overrides`` may change only LAYOUT_KEYS."""
+    info = record.check_run(paths)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key not in LAYOUT_KEYS:
+            raise ConfigError(f"--set {item!r}: a resume may change only "
+                              f"{', '.join(LAYOUT_KEYS)}; start a new run to change {key}")
+    config = parse_config(apply_overrides(info.config_table, overrides))
+    return JobPlan(config, _layout(config, world_size), info.budget, resumed=True)
+
+
+def run_budget(config: Config, workers: int) -> int:
+    """The evaluations a new run completes: generations per worker, capped if asked."""
+    total = config.search.generations * workers
+    return min(total, config.search.max_evaluations) if config.search.max_evaluations else total
+
+
+def share(total: int, workers: int) -> list[int]:
+    """Split ``total`` evaluations as evenly as possible; the first workers take the rest."""
+    return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
+
+
+def _layout(config: Config, world_size: int) -> Layout:
+    return plan_layout(world_size, config.search.ranks_per_worker, config.search.islands)
+
+
+def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config) -> None:
+    """Refuse to continue a run with settings other than the job-level ones changed."""
+    given = config_to_dict(config)
+    for section, values in given.items():
+        old_values = stored.get(section)
+        items = values.items() if isinstance(values, dict) else [(None, values)]
+        for key, value in items:
+            dotted = section if key is None else f"{section}.{key}"
+            old = old_values if key is None else (old_values or {}).get(key)
+            if dotted not in LAYOUT_KEYS and section != "space" and old != value:
+                raise ConfigError(
+                    f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "
+                    f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")

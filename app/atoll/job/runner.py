@@ -1,0 +1,204 @@
+"""One job of a search: plan it, begin it in the record, run every rank's role, close it.
+
+Collective over the communicator it is given (``MPI.COMM_WORLD`` from the CLI). Errors the user
+can fix are found on rank 0 where possible and shared with every rank (:mod:`atoll.collective`),
+so that all ranks stop with the same one-line message instead of some of them hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atoll import record
+from atoll.collective import on_all, on_root
+from atoll.config import Config, config_to_dict
+from atoll.engine.island import Budget, IslandLoop, breeding_rng
+from atoll.engine.population import Population
+from atoll.engine.protocol import Codec, MpiMailbox
+from atoll.engine.restore import completed_count, restore_population
+from atoll.engine.stopping import EXIT_STOPPED, StopFlag
+from atoll.engine.topology import Topology, build_topology
+from atoll.engine.worker import Follower, Leader, WorkerLink
+from atoll.evaluation.call import Objective
+from atoll.evaluation.evaluator import WorkerEvaluator
+from atoll.evolution import default_propagator
+from atoll.individual import Individual
+from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
+from atoll.objectives.loader import load_objective
+from atoll.record.models import TopWeights, prune_to_top
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What a finished job reports (the same on every rank)."""
+
+    run_dir: Path
+    job: int
+    evaluations: int
+    wall_seconds: float  # the search: from a barrier after setup to the end of the drain,
+    # the log's last flush and the agreement on stopping (setup and results.h5 not counted)
+    objective_seconds: float  # inside objectives, summed over workers
+    first_evaluation_seconds: float  # from the job's start (before setup) to the first call
+    results_file: Path | None
+    exit_code: int  # 0: the run's budget is spent; EXIT_STOPPED: resume to continue
+
+
+def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *,
+               config_text: str = "") -> JobSummary:
+    """Start a search in ``run_dir``, or continue the run there if it is the same search.
+
+    Collective over ``comm``. A run directory holding a different search is an error.
+    """
+    paths = record.RunPaths(run_dir)
+    return _run_job(paths, comm, lambda: plan_new_or_same(paths, config, comm.Get_size(),
+                                                          config_text))
+
+
+def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = ()) -> JobSummary:
+    """Continue the run in ``run_dir`` until its budget is spent, under this job's layout.
+
+    ``overrides`` may change only :data:`atoll.job.plan.LAYOUT_KEYS`; the search itself stays
+    the run's.
+    """
+    paths = record.RunPaths(run_dir)
+    return _run_job(paths, comm, lambda: plan_resume(paths, overrides, comm.Get_size()))
+
+
+def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
+             ) -> JobSummary:
+    """Check everything (read only), then begin the job in the record and run it."""
+    t0 = time.time()
+    hosts = comm.gather(_hostname(), root=0) or []
+    draft = on_root(comm, plan)
+    config = draft.config
+    objective = on_all(comm, lambda: load_objective(config.objective.name))
+    on_root(comm, lambda: _preflight(objective, config))
+    job = on_root(comm, lambda: _begin(paths, draft, hosts, t0))
+    topo = build_topology(comm, job.layout)
+    stop = StopFlag(comm).install()
+    if config.search.wall_time:
+        stop.deadline = t0 + config.search.wall_time
+    remaining = max(job.budget - job.done, 0)
+    budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
+    try:
+        role = _prepare_worker(job, paths, topo, objective, stop)
+        comm.Barrier()  # the search (and its wall time) starts together on every rank
+        start = time.time()
+        stats = role.run(budget)
+    finally:
+        stopped = stop.close()
+    wall = time.time() - start
+    gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
+    completed = sum(s.completed for s in gathered)
+    exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
+    if stopped or exit_code:
+        log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
+                    "with 'atoll resume %s'", stop.reason or "wall time", job.done + completed,
+                    job.budget, exit_code, paths.run_dir)
+    results = on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
+    return JobSummary(
+        run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in gathered),
+        wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in gathered),
+        first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
+                                     default=start) - t0,
+        results_file=results, exit_code=exit_code)
+
+
+def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float) -> JobPlan:
+    """The first write of a job: create the run if new, count earlier work, add this job."""
+    done, next_id = 0, 0
+    if plan.resumed:
+        record.check_room(paths, plan.layout.workers)
+        individuals = record.read_completed(paths.run_dir)
+        done = completed_count(individuals)
+        next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+    else:
+        record.create_run(paths, config_table=config_to_dict(plan.config),
+                          config_text=plan.config_text, space=plan.config.space,
+                          budget=plan.budget)
+    job = record.begin_job(paths, layout=plan.layout.as_dict(), hosts=hosts,
+                           versions=record.software_versions(), slurm=record.slurm_ids(),
+                           start=start)
+    return plan.begun(job, done, next_id)
+
+
+def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
+                    objective: Objective, stop: StopFlag) -> Leader | Follower:
+    """Everything a rank sets up before the search (restore, log files, operators): its role,
+    which closes what was set up when it ends."""
+    config, job = plan.config, plan.job
+    codec = Codec(config.space)
+    link = WorkerLink(topo.worker_comm, codec)
+    # Read earlier jobs before this job's files exist, so no file is open twice in a process.
+    population = on_all(topo.world, lambda: _restored(plan, paths, topo)
+                        if topo.is_leader else None)
+    log_file = on_all(topo.world, lambda: record.WorkerLog(
+        paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
+        flush_interval=config.record.flush_interval) if topo.is_leader else None)
+    keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
+    evaluator = WorkerEvaluator.for_job(
+        config, objective, topo.worker_comm, local_rank=topo.local_rank,
+        record_epoch=log_file.add_epoch if log_file is not None else None,
+        offer_weights=keeper.offer if keeper is not None else None,
+        # the same answer on every rank of the worker (one small allreduce per epoch)
+        should_stop=lambda: stop.agreed(topo.worker_comm))
+    if not topo.is_leader:
+        return Follower(link, evaluator)
+    assert topo.leaders is not None and log_file is not None
+    pop_size = config.evolution.population_size or 2 * len(topo.island_workers)
+
+    def hand_out_and_evaluate(ind: Individual) -> None:
+        link.hand_out(ind)
+        evaluator(ind)
+
+    loop = IslandLoop(
+        layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
+        propagator=default_propagator(config.space, pop_size, config.evolution),
+        evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
+        rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
+        population=population)
+    return Leader(loop, link, log_file, evaluator)
+
+
+def _preflight(objective: Objective, config: Config) -> None:
+    """An objective may check its options and data once before the job begins, through a
+    ``preflight(options, data_dir, parameter_names)`` attribute, so that bad input stops the
+    job with one line instead of failing every individual."""
+    check = getattr(objective, "preflight", None)
+    if check is not None:
+        check(config.objective.options, config.objective.data_dir or None, config.space.names)
+
+
+def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:
+    if not plan.resumed:
+        return None
+    individuals, migrations = record.read_history(paths.run_dir, plan.job)
+    return restore_population(individuals, migrations, plan.config.space, topo.layout,
+                              topo.island)
+
+
+def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config) -> Path:
+    """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights."""
+    record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
+    results = record.consolidate(paths)
+    if paths.model_files():
+        individuals = record.read_completed(paths.run_dir)
+        losses = dict(zip(individuals["id"].tolist(), individuals["loss"].tolist(), strict=True))
+        prune_to_top(paths, losses, config.record.top_models)
+    return results
+
+
+def _hostname() -> str:
+    from mpi4py import MPI
+
+    return MPI.Get_processor_name()
