@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import atoll
 
-def train_mlp(params: Mapping[str, Any], ctx: Any) -> float:
+
+def train_mlp(params: Mapping[str, Any], ctx: atoll.Context) -> float:
     import numpy as np
     import torch
     import torch.nn.functional as F

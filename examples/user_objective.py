@@ -10,8 +10,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import atoll
 
-def noisy_quadratic(params: Mapping[str, Any], ctx: Any) -> float:
+
+def noisy_quadratic(params: Mapping[str, Any], ctx: atoll.Context) -> float:
     """A toy loss over mixed parameter types; reports a few 'epochs' like a training loop."""
     scale = {"small": 0.5, "medium": 1.0, "large": 2.0}[params["size"]]
     loss = (math.log10(params["lr"]) + 3.0) ** 2 + (params["layers"] - 4) ** 2 * 0.1 * scale

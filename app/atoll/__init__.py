@@ -1,7 +1,9 @@
 """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
 
 Importing this package is cheap on purpose: it neither imports torch nor starts MPI.
-The user-facing API lives in :mod:`atoll.api` and is re-exported lazily here.
+The user-facing API lives in :mod:`atoll.api` and is re-exported lazily here, with
+:class:`Context`, the type of the ``ctx`` an objective receives, and the :mod:`atoll.record`
+reader (``atoll.record.open_run``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "search", "load_config"]
+__all__ = ["Context", "__version__", "load_config", "record", "search"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +21,12 @@ def __getattr__(name: str) -> Any:
         from atoll import api
 
         return getattr(api, name)
+    if name == "Context":
+        from atoll.evaluation.context import Context
+
+        return Context
+    if name == "record":
+        import atoll.record
+
+        return atoll.record
     raise AttributeError(f"module 'atoll' has no attribute {name!r}")

@@ -70,11 +70,15 @@ class SearchConfig:
     """The budget and the rank layout of one run."""
 
     generations: int = 100
+    """Evaluations per worker: a new run's budget is this times the workers of its first job."""
     max_evaluations: int = 0
+    """A cap on the run's budget (0: none)."""
     wall_time: float = 0.0
+    """Seconds per job (0: none); the job then stops like on a signal, exit code 75."""
     ranks_per_worker: int = 1
     islands: int = 1
-    eval_timeout: float = 0.0  # seconds per evaluation, 0 = none (see README: where it cannot act)
+    eval_timeout: float = 0.0
+    """Seconds per evaluation (0: none); see the README for where it cannot act."""
 
 
 @dataclass(frozen=True)

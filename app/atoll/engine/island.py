@@ -71,9 +71,10 @@ class IslandStats:
 def breeding_rng(seed: int, job: int, worker: int) -> random.Random:
     """The random stream a worker leader breeds and migrates with, one per (seed, job, worker).
 
-    Python's generator, not numpy's: breeding draws a handful of scalars per evaluation, and a
-    scalar draw costs about 0.05 us here against about 0.6 us through numpy's Generator. A
-    string seed is hashed (SHA-512), so nearby keys give unrelated streams.
+    Python's generator, not numpy's: breeding draws a handful of scalars per evaluation, and
+    a scalar draw through Python's costs about a tenth of one through numpy's Generator
+    (benchmarks/RESULTS.md). A string seed is hashed (SHA-512), so nearby keys give unrelated
+    streams.
     """
     return random.Random(f"atoll:{seed}:{job}:{worker}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from atoll.individual import Individual
 
@@ -36,16 +36,25 @@ class Propagator(Protocol):
                  rng: random.Random) -> list[Individual]: ...
 
 
-class OneToOne:
-    """Arity of an operator that turns one individual into one (mutations)."""
+class FixedArity:
+    """Arity set by the operator's class: ``PARENTS`` in, ``OFFSPRING`` out."""
+
+    PARENTS: ClassVar[int]
+    OFFSPRING: ClassVar[int]
 
     @property
     def parents(self) -> int:
-        return 1
+        return self.PARENTS
 
     @property
     def offspring(self) -> int:
-        return 1
+        return self.OFFSPRING
+
+
+class OneToOne(FixedArity):
+    """Arity of an operator that turns one individual into one (mutations)."""
+
+    PARENTS = OFFSPRING = 1
 
 
 class Selection:

@@ -6,30 +6,23 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atoll.evolution.base import check_arity, check_probability
+from atoll.evolution.base import FixedArity, check_arity, check_probability
 from atoll.individual import Individual, Origin
 
 
 @dataclass(frozen=True)
-class CrossoverUniform:
+class CrossoverUniform(FixedArity):
     """With ``probability``, each gene comes from either parent with equal chance; otherwise the
     child copies the first parent (later mutation steps then make it differ).
 
     The child is always a new, unevaluated individual (``id=-1``) that records both parents.
     """
 
+    PARENTS, OFFSPRING = 2, 1
     probability: float
 
     def __post_init__(self) -> None:
         check_probability("CrossoverUniform.probability", self.probability)
-
-    @property
-    def parents(self) -> int:
-        return 2
-
-    @property
-    def offspring(self) -> int:
-        return 1
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: random.Random) -> list[Individual]:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from atoll.errors import ObjectiveError
+from atoll.evaluation.context import Context
 from atoll.objectives import data as datasets
 from atoll.objectives.data import ImageSet
 
@@ -77,7 +78,7 @@ def build_model_from_params(params: Mapping[str, Any], input_shape: tuple[int, i
 
 # -- metrics over the whole set -------------------------------------------------------------
 
-def evaluate_whole_set(model: nn.Module, data: ImageSet, ctx: Any = None,
+def evaluate_whole_set(model: nn.Module, data: ImageSet, ctx: Context | None = None,
                        batch_size: int = 512) -> tuple[float, float]:
     """(mean NLL loss, accuracy) over all of ``data``, on every rank of ``ctx.comm``.
 
@@ -106,7 +107,7 @@ def evaluate_whole_set(model: nn.Module, data: ImageSet, ctx: Any = None,
     return total[0] / total[2], total[1] / total[2]
 
 
-def sum_over_worker(values: list[float], ctx: Any = None) -> list[float]:
+def sum_over_worker(values: list[float], ctx: Context | None = None) -> list[float]:
     """Element-wise sums of float64 values over the worker's ranks, identical on every rank.
 
     An all-reduce whose result does not depend on the MPI library's reduction order: the
@@ -123,7 +124,7 @@ def sum_over_worker(values: list[float], ctx: Any = None) -> list[float]:
 
 # -- the objective --------------------------------------------------------------------------
 
-def train(params: Mapping[str, Any], ctx: Any) -> float:
+def train(params: Mapping[str, Any], ctx: Context) -> float:
     """Train one individual on every rank of its worker; returns the best validation loss."""
     entered = time.perf_counter()
     opts = read_options(ctx.options)
@@ -146,7 +147,7 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
     for epoch in range(opts["epochs"]):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
-        lr = scheduler.get_last_lr()[0]
+        lr = float(scheduler.get_last_lr()[0])
         train_sum, seen = _train_epoch(replica, loader, optimizer, device)
         scheduler.step()
         train_seconds = time.perf_counter() - started
@@ -162,7 +163,7 @@ def train(params: Mapping[str, Any], ctx: Any) -> float:
                           samples_per_second=seen / train_seconds, setup_seconds=setup_seconds)
         if stop or stale >= opts["patience"]:
             break
-    if hasattr(ctx, "keep_weights") and math.isfinite(best_loss):
+    if math.isfinite(best_loss):
         ctx.keep_weights(best_state, best_loss)
     return best_loss
 
@@ -204,7 +205,7 @@ def _train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimiz
     return loss_sum.item(), float(seen)
 
 
-def _wrap(model: nn.Module, ctx: Any, device: Any) -> nn.Module:
+def _wrap(model: nn.Module, ctx: Context, device: Any) -> nn.Module:
     """DDP over the worker's process group; a one-rank worker trains the plain model."""
     if ctx.size == 1:
         return model

@@ -1,10 +1,11 @@
 """The per-worker log: one HDF5 file per worker leader and job, written only by that leader.
 
-Rows wait in memory (plain tuples, a few microseconds each) and reach the file only in
-:meth:`WorkerLog.flush`: one resize and one slice assignment per table, ``h5file.flush()``,
-then the tables' ``rows`` attributes are raised to the new counts and the file is flushed again.
-A process killed at any moment leaves a file that opens, and a reader that stops at ``rows``
-sees whole flushed batches only (MACHINE.md, "HDF5 and kill -9").
+Rows wait in memory (plain tuples) and reach the file only in :meth:`WorkerLog.flush`: one
+resize and one slice assignment per table, ``h5file.flush()``, then the tables' ``rows``
+attributes are raised to the new counts and the file is flushed again. An HDF5 file killed
+with unflushed writes may not open at all; one written this way opens after a kill at any
+moment, and a reader that stops at ``rows`` sees whole flushed batches only (the kill tests
+in tests/test_resume.py prove it).
 """
 
 from __future__ import annotations
