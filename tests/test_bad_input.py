@@ -387,9 +387,6 @@ CASES = [
     Case("ranks_not_divisible_on_resume", RESUME + ("--set", "search.ranks_per_worker=2"),
          "atoll: error: 3 MPI ranks cannot form workers of ranks_per_worker=2: start a multiple "
          "of 2 ranks or change search.ranks_per_worker", setup=existing_run, ranks=3),
-    Case("more_islands_than_workers", SEARCH_SLOW + ("--set", "search.islands=5"),
-         "atoll: error: search.islands=5 is more than the 4 worker(s) of this job (4 ranks / 1 "
-         "per worker): lower search.islands to at most 4 or start more ranks", ranks=4),
     # run directories
     Case("run_dir_is_a_file", SEARCH_SLOW,
          "atoll: error: {run_dir}: is a file, not a directory; choose an empty or new directory "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 import atoll
+from atoll.record import open_run
 from conftest import ROOT, atoll_cmd, mpirun_atoll, mpirun_cmd, run
 
 
@@ -110,11 +112,15 @@ def test_layout_that_does_not_fit_fails_on_every_rank_with_one_message(tmp_path)
     assert not run_dir.exists()
 
 
-def test_bad_input_under_mpirun_is_reported_once(tmp_path):
+def test_more_islands_than_workers_run_as_one_island_per_worker_with_one_warning(tmp_path):
     done = mpirun_atoll(4, "search", "--config", "examples/sphere.toml", "--run-dir",
-                        str(tmp_path / "r"), "--set", "search.islands=9")
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert done.stderr.count("search.islands=9 is more than the 4 worker(s)") == 1
+                        str(tmp_path / "r"), "--set", "search.islands=9",
+                        "--set", "search.generations=3")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("search.islands=9 is more than the 4 worker(s) of this job") == 1
+    assert "running 4 island(s)" in done.stderr
+    layout = json.loads(open_run(tmp_path / "r").jobs["layout"][0])
+    assert layout["islands"] == 4 and layout["workers"] == 4
 
 
 def test_foreign_run_directory_is_left_alone(tmp_path):

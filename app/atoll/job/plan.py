@@ -7,6 +7,7 @@ as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,6 +16,8 @@ from atoll import record
 from atoll.config import Config, apply_overrides, config_to_dict, parse_config
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 LAYOUT_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
                "record.flush_interval")
@@ -75,7 +78,17 @@ def share(total: int, workers: int) -> list[int]:
 
 
 def _layout(config: Config, world_size: int) -> Layout:
-    return plan_layout(world_size, config.search.ranks_per_worker, config.search.islands)
+    """This job's layout. More islands than workers are lowered to one island per worker, with
+    a warning: a config written for a large allocation still runs on a small one (a laptop, a
+    requeue onto fewer nodes); the jobs table records the islands each job had."""
+    per_worker, islands = config.search.ranks_per_worker, config.search.islands
+    workers = world_size // per_worker
+    if world_size % per_worker == 0 and 0 < workers < islands:
+        log.warning("search.islands=%d is more than the %d worker(s) of this job (%d ranks / %d "
+                    "per worker): running %d island(s); start more ranks for more islands",
+                    islands, workers, world_size, per_worker, workers)
+        islands = workers
+    return plan_layout(world_size, per_worker, islands)
 
 
 def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config) -> None:
