@@ -323,3 +323,17 @@ def test_two_concurrent_jobs_with_process_groups_do_not_collide(tmp_path):
     for name, ((_, err), code) in outcomes.items():
         assert code == 0, f"{name}: {err[-3000:]}"
         assert len(open_run(tmp_path / name).individuals) == 1
+
+
+@pytest.mark.slow
+def test_the_embedded_default_search_learns_and_its_summary_shows_accuracy(tmp_path):
+    """What `make run` runs: 48 individuals; the best reaches 95% validation accuracy."""
+    run_dir = tmp_path / "default"
+    done = mpirun_atoll(4, "search", "--run-dir", str(run_dir), timeout=480)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "budget: 48 of 48 completed" in done.stdout
+    header, first = done.stdout.split("Best 5 of 48 ok:\n")[1].splitlines()[:2]
+    assert header.split()[:3] == ["id", "loss", "val_accuracy"]
+    assert float(first.split()[2]) >= 0.95
+    result = open_run(run_dir)
+    assert float(np.nanmax(result.epochs["val_accuracy"])) >= 0.95

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -23,6 +24,7 @@ from atoll.errors import ConfigError, RecordError
 from atoll.individual import Individual, Origin, Status
 from atoll.record import (
     SCHEMA_VERSION,
+    RunData,
     RunPaths,
     WorkerLog,
     begin_job,
@@ -42,7 +44,7 @@ from atoll.record.schema import (
     migration_dtype,
 )
 from atoll.space import Space
-from atoll.views.inspect import describe
+from atoll.views.inspect import best_epoch_values, describe, main_metric
 
 APP = str(Path(__file__).resolve().parents[1] / "app")
 SPACE = {
@@ -189,8 +191,32 @@ def test_round_trip_through_worker_files(tmp_path: Path, space: Space) -> None:
 
     assert np.array_equal(read_completed(paths.run_dir)["id"], ind["id"])
     text = describe(run, top=3)
-    assert "Evaluations: 16 (ok 4, failed 4, pruned 4, interrupted 4)" in text
+    assert "Evaluations: 16 (ok 4, failed 4, pruned 4, interrupted 4); budget: 12 of 40 " \
+        "completed" in text
     assert "Jobs: 2" in text and "Best 3 of 4 ok" in text and "gelü" in text
+    failures = text.split("Commonest failures:\n")[1].splitlines()[:4]
+    assert [line.startswith("  1 x ValueError: bad ") for line in failures] == [True] * 3 + [False]
+    header = text.split("Best 3 of 4 ok:\n")[1].splitlines()[0].split()
+    assert header[:3] == ["id", "loss", "accuracy"]  # reported mid-run: the metric shown
+    assert "accuracy" not in describe(run, top=3, metric="")
+    assert describe(run, top=0).endswith("pollinations: 4\nCommonest failures:\n" + "\n".join(
+        failures[:3]))
+
+
+def test_the_main_metric_is_read_at_the_epoch_the_loss_came_from() -> None:
+    epochs = np.array([(1, 0, 0.0, 0.9, 0.50), (1, 1, 0.0, 0.4, 0.80), (1, 2, 0.0, 0.6, 0.85),
+                       (2, 0, 0.0, 0.7, 0.60)],
+                      dtype=[("individual", "i8"), ("epoch", "i8"), ("time", "f8"),
+                             ("val_loss", "f8"), ("val_accuracy", "f8")])
+    run = RunData(individuals=np.empty(0), epochs=epochs, migrations=np.empty(0),
+                  jobs=np.empty(0), space=Space.from_dict(SPACE), config_table={}, metadata={})
+    ids, losses = np.array([1, 2, 3]), np.array([0.4, 0.123, 0.5])
+    values = best_epoch_values(run, ids, losses, "val_accuracy")
+    # 1: the epoch whose val_loss is the returned loss; 2: no such epoch, the last one;
+    # 3: no epochs at all
+    assert values[:2] == [0.80, 0.60] and math.isnan(values[2])
+    assert main_metric(run) == "val_accuracy"
+    assert main_metric(replace(run, metadata={"main_metric": "val_loss"})) == "val_loss"
 
 
 def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space) -> None:

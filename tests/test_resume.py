@@ -75,13 +75,32 @@ def test_resume_after_wall_time_under_other_layouts(tmp_path):
     assert {int(p) for p in later["parent_a"]} & earlier_ids
 
 
-def test_resume_of_a_finished_run_adds_nothing(tmp_path):
+def test_a_finished_run_resumes_to_nothing_until_its_budget_is_raised(tmp_path):
     run_dir, done = start(tmp_path, 2, "search.generations=10")
     assert done.returncode == 0, done.stderr[-2000:]
+    before = digest(run_dir)
     done = resume(run_dir, 2)
     assert done.returncode == 0, done.stderr[-2000:]
-    check_complete(run_dir, 20)
-    assert len(open_run(run_dir).jobs) == 2
+    assert "No job ran: the run's budget is spent" in done.stdout
+    assert done.stderr.count("the run's budget is spent (20 of 20 evaluations)") == 1
+    assert digest(run_dir) == before  # no job row, no files
+    # A larger total budget extends it, under another layout; later resumes keep it.
+    done = resume(run_dir, 4, "search.evaluations=30")
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_complete(run_dir, 30)
+    run = open_run(run_dir)
+    assert len(run.jobs) == 2 and run.metadata["budget"] == 30
+    assert "budget: 30 of 30 completed" in done.stdout
+    done = resume(run_dir, 2)
+    assert done.returncode == 0 and "No job ran" in done.stdout
+
+
+def test_a_total_budget_is_the_same_under_any_layout(tmp_path):
+    for ranks in (1, 3):
+        run_dir, done = start(tmp_path, ranks, "search.evaluations=7", name=f"r{ranks}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        check_complete(run_dir, 7)
+        assert open_run(run_dir).metadata["budget"] == 7
 
 
 def test_search_on_an_existing_run_of_the_same_search_continues_it(tmp_path):

@@ -55,7 +55,8 @@ def cli() -> None:
               help="Directory for the run's HDF5 record (new or empty).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
-@click.option("--top", default=5, show_default=True, help="Best individuals to list at the end.")
+@click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
+              help="Best individuals to list at the end.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], top: int,
            debug: bool) -> None:
@@ -104,10 +105,14 @@ def _finish(summary: Any, top: int) -> None:
 
     if launcher_rank() == 0:
         click.echo(describe(open_run(summary.run_dir), top=top))
-        rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
-        click.echo(f"\nThis job: {summary.evaluations} evaluations in "
-                   f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
-                   f"{summary.results_file}")
+        if summary.job < 0:
+            click.echo(f"\nNo job ran: the run's budget is spent. To extend it: 'atoll resume "
+                       f"{summary.run_dir} --set search.evaluations=N' with N above it.")
+        else:
+            rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
+            click.echo(f"\nThis job: {summary.evaluations} evaluations in "
+                       f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
+                       f"{summary.results_file}")
         if summary.exit_code:
             click.echo(f"Stopped before the budget was spent: continue with "
                        f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
@@ -118,8 +123,10 @@ def _finish(summary: Any, top: int) -> None:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a job-level setting for this job only: search.ranks_per_worker, "
-                   "search.islands, search.wall_time or record.flush_interval.")
-@click.option("--top", default=5, show_default=True, help="Best individuals to list at the end.")
+                   "search.islands, search.wall_time or record.flush_interval; or the run's "
+                   "total budget, search.evaluations (a larger one extends the run).")
+@click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
+              help="Best individuals to list at the end.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> None:
     """Continue the run in RUN_DIR until its budget is spent, under any rank layout.
@@ -138,14 +145,19 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--top", default=10, show_default=True, help="Best individuals to list.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
+              help="Best individuals to list.")
+@click.option("--metric", default=None, metavar="NAME",
+              help="Epoch metric shown beside the loss (default: the objective's choice, e.g. "
+                   "val_accuracy for the classifier; '' for none).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def inspect(run_dir: Path, top: int, debug: bool) -> None:
-    """Print a run's metadata, counts by status and best individuals (reads files only)."""
+def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
+    """Print a run's metadata, budget, counts by status, commonest failures and best
+    individuals with their main metric (reads files only)."""
     from atoll.record import open_run
     from atoll.views.inspect import describe
 
-    click.echo(_guarded(lambda: describe(open_run(run_dir), top=top), debug))
+    click.echo(_guarded(lambda: describe(open_run(run_dir), top=top, metric=metric), debug))
 
 
 def main() -> None:

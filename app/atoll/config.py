@@ -69,8 +69,12 @@ class ObjectiveConfig:
 class SearchConfig:
     """The budget and the rank layout of one run."""
 
+    evaluations: int = 0
+    """The run's total budget of completed evaluations, the same under any rank layout (0: use
+    generations). A resume may raise it to extend a run."""
     generations: int = 100
-    """Evaluations per worker: a new run's budget is this times the workers of its first job."""
+    """Evaluations per worker when ``evaluations`` is 0: a new run's budget is this times the
+    workers of its first job."""
     max_evaluations: int = 0
     """A cap on the run's budget (0: none)."""
     wall_time: float = 0.0
@@ -216,7 +220,7 @@ def _population_size(value: Any, key: str) -> int:
 
 _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "search": (SearchConfig, {
-        "generations": _integer(1), "max_evaluations": _integer(0),
+        "evaluations": _integer(0), "generations": _integer(1), "max_evaluations": _integer(0),
         "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1),
         "islands": _integer(1), "eval_timeout": _number(0.0, strict=False)}),
     "evolution": (EvolutionConfig, {

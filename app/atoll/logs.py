@@ -1,6 +1,8 @@
 """Logging set up once per process: rank 0 speaks, the others only warn.
 
-Modules log through ``logging.getLogger(__name__)`` and never check ranks themselves.
+Modules log through ``logging.getLogger(__name__)`` and never check ranks themselves. The job
+layer (``atoll.job``) runs the same code on every rank and decides the same everywhere, so its
+messages are said by rank 0 alone: a job-level warning shows once, not once per rank.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ def launcher_rank() -> int:
     return 0
 
 
+JOB_LOGGER = "atoll.job"
+
+
 def setup_logging(rank: int, verbose: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO if rank == 0 else logging.WARNING
     logging.basicConfig(level=level, format=f"%(asctime)s [rank {rank}] %(levelname)s "
                         "%(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
+    if rank != 0:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_the_jobs)
+
+
+def _not_the_jobs(record: logging.LogRecord) -> bool:
+    return not record.name.startswith(JOB_LOGGER)

@@ -14,14 +14,16 @@ from typing import Any
 
 from atoll import record
 from atoll.config import Config, apply_overrides, config_to_dict, parse_config
+from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-LAYOUT_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
-               "record.flush_interval")
-"""Settings that belong to a job, not to the run: a resume may change them."""
+JOB_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
+            "record.flush_interval", "search.evaluations")
+"""Settings a resume may change: the layout and timing of a job, and the run's total budget
+(a larger one extends a run, finished or not)."""
 
 
 @dataclass(frozen=True)
@@ -33,21 +35,30 @@ class JobPlan:
     budget: int  # evaluations the whole run completes
     resumed: bool  # whether the run exists already
     config_text: str = ""  # the config as given, recorded for a new run
-    job: int = -1  # set when the job begins in the record, like the two below
     done: int = 0  # evaluations completed by earlier jobs
     next_id: int = 0  # first individual id this job may use
+    new_budget: bool = False  # a resume changed the run's budget: record it when it begins
+    job: int = -1  # set when the job begins in the record
 
-    def begun(self, job: int, done: int, next_id: int) -> JobPlan:
-        return replace(self, job=job, done=done, next_id=next_id)
+    @property
+    def nothing_left(self) -> bool:
+        return self.resumed and self.done >= self.budget
+
+    def begun(self, job: int) -> JobPlan:
+        return replace(self, job=job)
 
 
 def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
                      config_text: str = "") -> JobPlan:
-    """``atoll search``: a new run, or the run in ``paths`` if it is the same search."""
+    """``atoll search``: a new run, or the run in ``paths`` if it is the same search (a
+    different ``search.evaluations`` then sets the run's new budget)."""
     if paths.run_file.exists():
         info = record.check_run(paths, config.space)
         _same_search(paths, info.config_table, config)
-        return JobPlan(config, _layout(config, world_size), info.budget, resumed=True)
+        stored = info.config_table.get("search", {}).get("evaluations", 0)
+        changed = config.search.evaluations not in (0, stored)
+        return _continue(paths, config, world_size,
+                         config.search.evaluations if changed else info.budget, changed)
     record.check_new_run_dir(paths)
     layout = _layout(config, world_size)
     return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
@@ -55,20 +66,36 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
 
 
 def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: int) -> JobPlan:
-    """``atoll resume``: the run's own search; ``overrides`` may change only LAYOUT_KEYS."""
+    """``atoll resume``: the run's own search; ``overrides`` may change only JOB_KEYS."""
     info = record.check_run(paths)
-    for item in overrides:
-        key = item.partition("=")[0].strip()
-        if key not in LAYOUT_KEYS:
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    for item, key in zip(overrides, keys, strict=True):
+        if key not in JOB_KEYS:
             raise ConfigError(f"--set {item!r}: a resume may change only "
-                              f"{', '.join(LAYOUT_KEYS)}; start a new run to change {key}")
+                              f"{', '.join(JOB_KEYS)}; start a new run to change {key}")
     config = parse_config(apply_overrides(info.config_table, overrides))
-    return JobPlan(config, _layout(config, world_size), info.budget, resumed=True)
+    changed = "search.evaluations" in keys and config.search.evaluations != info.budget
+    if changed and config.search.evaluations == 0:
+        raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
+                          f"budget (it is {info.budget} now)")
+    return _continue(paths, config, world_size,
+                     config.search.evaluations if changed else info.budget, changed)
+
+
+def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: int,
+              new_budget: bool) -> JobPlan:
+    """The plan of a job that continues a run: what earlier jobs completed, the next id."""
+    individuals = record.read_completed(paths.run_dir)
+    done = completed_count(individuals)
+    next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+    return JobPlan(config, _layout(config, world_size), budget, resumed=True, done=done,
+                   next_id=next_id, new_budget=new_budget)
 
 
 def run_budget(config: Config, workers: int) -> int:
-    """The evaluations a new run completes: generations per worker, capped if asked."""
-    total = config.search.generations * workers
+    """The evaluations a new run completes: ``search.evaluations`` if set, else generations
+    per worker of its first job; capped by ``search.max_evaluations`` if set."""
+    total = config.search.evaluations or config.search.generations * workers
     return min(total, config.search.max_evaluations) if config.search.max_evaluations else total
 
 
@@ -100,7 +127,7 @@ def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config)
         for key, value in items:
             dotted = section if key is None else f"{section}.{key}"
             old = old_values if key is None else (old_values or {}).get(key)
-            if dotted not in LAYOUT_KEYS and section != "space" and old != value:
+            if dotted not in JOB_KEYS and section != "space" and old != value:
                 raise ConfigError(
                     f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "
                     f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")

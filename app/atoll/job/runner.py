@@ -20,7 +20,7 @@ from atoll.config import Config, config_to_dict
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
-from atoll.engine.restore import completed_count, restore_population
+from atoll.engine.restore import restore_population
 from atoll.engine.stopping import EXIT_STOPPED, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
@@ -67,8 +67,8 @@ def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *,
 def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = ()) -> JobSummary:
     """Continue the run in ``run_dir`` until its budget is spent, under this job's layout.
 
-    ``overrides`` may change only :data:`atoll.job.plan.LAYOUT_KEYS`; the search itself stays
-    the run's.
+    ``overrides`` may change only :data:`atoll.job.plan.JOB_KEYS`; the search itself stays
+    the run's. A run whose budget is spent runs no job (``JobSummary.job`` is -1).
     """
     paths = record.RunPaths(run_dir)
     return _run_job(paths, comm, lambda: plan_resume(paths, overrides, comm.Get_size()))
@@ -81,9 +81,17 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
     hosts = comm.gather(_hostname(), root=0) or []
     draft = on_root(comm, plan)
     config = draft.config
+    if draft.nothing_left:
+        log.warning("%s: the run's budget is spent (%d of %d evaluations): no job was started; "
+                    "extend it with 'atoll resume %s --set search.evaluations=N'", paths.run_dir,
+                    draft.done, draft.budget, paths.run_dir)
+        return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
+                          objective_seconds=0.0, first_evaluation_seconds=0.0,
+                          results_file=paths.results_file if paths.results_file.exists()
+                          else None, exit_code=0)
     objective = on_all(comm, lambda: load_objective(config.objective.name))
     on_root(comm, lambda: _preflight(objective, config))
-    job = on_root(comm, lambda: _begin(paths, draft, hosts, t0))
+    job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)
     stop = StopFlag(comm).install()
     if config.search.wall_time:
@@ -114,22 +122,26 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
         results_file=results, exit_code=exit_code)
 
 
-def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float) -> JobPlan:
-    """The first write of a job: create the run if new, count earlier work, add this job."""
-    done, next_id = 0, 0
+def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,
+           objective: Objective) -> JobPlan:
+    """The first write of a job: create the run if new (or record its new budget), then add
+    this job.
+
+    An objective may name the metric views show beside the loss in a ``main_metric``
+    attribute (the classifier: ``val_accuracy``)."""
     if plan.resumed:
         record.check_room(paths, plan.layout.workers)
-        individuals = record.read_completed(paths.run_dir)
-        done = completed_count(individuals)
-        next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+        if plan.new_budget:
+            record.set_budget(paths, plan.budget)
     else:
         record.create_run(paths, config_table=config_to_dict(plan.config),
                           config_text=plan.config_text, space=plan.config.space,
-                          budget=plan.budget)
+                          budget=plan.budget, main_metric=str(getattr(objective, "main_metric",
+                                                                      "")))
     job = record.begin_job(paths, layout=plan.layout.as_dict(), hosts=hosts,
                            versions=record.software_versions(), slurm=record.slurm_ids(),
                            start=start)
-    return plan.begun(job, done, next_id)
+    return plan.begun(job)
 
 
 def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,

@@ -168,6 +168,9 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
     return best_loss
 
 
+train.main_metric = "val_accuracy"  # type: ignore[attr-defined]  # what views show beside loss
+
+
 def preflight(options: Mapping[str, Any], data_dir: Path | str | None = None,
               parameters: Collection[str] | None = None) -> None:
     """The checks that need neither MPI nor training: options, data files, parameter names.

@@ -20,6 +20,7 @@ from atoll.record.run import (
     check_run,
     create_run,
     end_job,
+    set_budget,
     slurm_ids,
     software_versions,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "open_run",
     "read_completed",
     "read_history",
+    "set_budget",
     "slurm_ids",
     "software_versions",
 ]

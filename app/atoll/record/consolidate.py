@@ -31,7 +31,8 @@ def consolidate(paths: RunPaths) -> Path:
                      created=run.metadata.get("created", float("nan")),
                      config=run.metadata.get("config", ""),
                      config_json=to_json(run.config_table), space=to_json(run.space.to_dict()),
-                     versions=to_json(versions))
+                     versions=to_json(versions), budget=run.metadata.get("budget", 0),
+                     main_metric=run.metadata.get("main_metric", ""))
         for name in TABLES:
             table = getattr(run, name)
             create_table(f, name, table.dtype, extra_docs=docs.get(name), data=table,

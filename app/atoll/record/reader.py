@@ -183,7 +183,8 @@ def _read_results(path: Path) -> RunData:
 
 
 def _root_attrs(f: h5py.File) -> dict[str, Any]:
-    keep = ("schema_version", "atoll_version", "created", "config", "versions", "consolidated")
+    keep = ("schema_version", "atoll_version", "created", "config", "versions", "consolidated",
+            "budget", "main_metric")
     out: dict[str, Any] = {}
     for key in keep:
         if key in f.attrs:

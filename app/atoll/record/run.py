@@ -62,8 +62,11 @@ class RunInfo:
 
 
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
-               space: Space, budget: int) -> None:
-    """Start a new run: make the directory if needed and write ``run.h5``."""
+               space: Space, budget: int, main_metric: str = "") -> None:
+    """Start a new run: make the directory if needed and write ``run.h5``.
+
+    ``main_metric`` is the reported metric views show beside the loss (the objective's
+    choice, e.g. ``val_accuracy``; empty: the views pick one)."""
     check_new_run_dir(paths)
     check_param_names(space)
     run_dir = paths.run_dir
@@ -75,7 +78,8 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
             with h5py.File(temp, "w", libver=("v108", "latest")) as f:
                 write_header(f, RUN_KIND, created=time.time(), config=config_text,
                              config_json=to_json(dict(config_table)),
-                             space=to_json(space.to_dict()), budget=budget)
+                             space=to_json(space.to_dict()), budget=budget,
+                             main_metric=main_metric)
                 create_table(f, "jobs", job_dtype())
         paths.workers_dir.mkdir(exist_ok=True)
     except OSError as exc:  # read-only, full, no permission: leave nothing behind
@@ -232,6 +236,16 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
         row["stop"] = stop
         row["exit_code"] = exit_code
         ds[job] = row
+
+
+def set_budget(paths: RunPaths, budget: int) -> None:
+    """A resume's new total budget: in the run's budget and in its stored config, so that
+    later resumes keep it."""
+    with _open_for_write(paths) as f:
+        config_table = json_attr(f, "config_json", paths.run_file)
+        config_table.setdefault("search", {})["evaluations"] = budget
+        f.attrs["config_json"] = to_json(config_table)
+        f.attrs["budget"] = budget
 
 
 def _open_for_write(paths: RunPaths) -> h5py.File:
