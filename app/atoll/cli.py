@@ -6,8 +6,12 @@ read files never import torch or start MPI.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -48,6 +52,47 @@ def cli() -> None:
     """
 
 
+def _progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """-q, -v and --progress-interval, shared by the commands that run a job."""
+    for option in reversed((
+            click.option("-q", "--quiet", is_flag=True, help="No progress lines while it runs."),
+            click.option("-v", "--verbose", is_flag=True,
+                         help="Also a progress line for every finished individual."),
+            click.option("--progress-interval", default=15.0, show_default=True,
+                         type=click.FloatRange(min=0.5), metavar="SECONDS",
+                         help="Seconds between progress lines (rank 0, plain text)."))):
+        command = option(command)
+    return command
+
+
+@contextlib.contextmanager
+def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Iterator[None]:
+    """On rank 0, a watcher process prints progress lines while the job runs (it reads the
+    run's flushed files, so the search itself does no extra work). When the job returns, the
+    watcher prints its last line at once (SIGTERM); after an error it is just stopped."""
+    from atoll.logs import launcher_rank
+
+    if quiet or launcher_rank() != 0:
+        yield
+        return
+    command = [sys.executable, "-m", "atoll", "watch", str(run_dir), "--plain",
+               "--interval", str(interval), "--after", repr(time.time()),
+               "--parent", str(os.getpid()), *(["-v"] if verbose else [])]
+    watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    try:
+        yield
+    except BaseException:
+        watcher.kill()
+        watcher.wait()
+        raise
+    watcher.terminate()
+    try:
+        watcher.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        watcher.wait()
+
+
 @cli.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file. Without it, the embedded default search runs.")
@@ -57,9 +102,10 @@ def cli() -> None:
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
               help="Best individuals to list at the end.")
+@_progress_options
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], top: int,
-           debug: bool) -> None:
+           quiet: bool, verbose: bool, progress_interval: float, debug: bool) -> None:
     """Start a search recorded in RUN_DIR (or continue it, if RUN_DIR holds the same search).
 
     \b
@@ -75,8 +121,10 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
     text = _config_text(config_path, overrides)
-    _finish(_guarded(lambda: _mpi_job(
-        lambda comm: run_search(config, run_dir, comm, config_text=text)), debug), top)
+    with _progress(run_dir, quiet, verbose, progress_interval):
+        summary = _guarded(lambda: _mpi_job(
+            lambda comm: run_search(config, run_dir, comm, config_text=text)), debug)
+    _finish(summary, top)
 
 
 def _config_text(path: Path | None, overrides: Sequence[str]) -> str:
@@ -127,8 +175,10 @@ def _finish(summary: Any, top: int) -> None:
                    "total budget, search.evaluations (a larger one extends the run).")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
               help="Best individuals to list at the end.")
+@_progress_options
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> None:
+def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbose: bool,
+           progress_interval: float, debug: bool) -> None:
     """Continue the run in RUN_DIR until its budget is spent, under any rank layout.
 
     \b
@@ -139,8 +189,10 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, debug: bool) -> No
     from atoll.logs import launcher_rank, setup_logging
 
     setup_logging(launcher_rank(), debug)
-    _finish(_guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm, overrides)),
-                     debug), top)
+    with _progress(run_dir, quiet, verbose, progress_interval):
+        summary = _guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm,
+                                                                       overrides)), debug)
+    _finish(summary, top)
 
 
 @cli.command()
@@ -158,6 +210,32 @@ def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
     from atoll.views.inspect import describe
 
     click.echo(_guarded(lambda: describe(open_run(run_dir), top=top, metric=metric), debug))
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--interval", default=15.0, show_default=True, type=click.FloatRange(min=0.5),
+              metavar="SECONDS", help="Seconds between plain lines.")
+@click.option("--plain", is_flag=True,
+              help="Plain lines even on a terminal (the default in a file or a pipe).")
+@click.option("-v", "--verbose", is_flag=True, help="Also a line for every finished individual.")
+@click.option("--after", default=0.0, hidden=True, help="Follow the first job starting then.")
+@click.option("--parent", default=0, hidden=True, help="End when this process is gone.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: float, parent: int,
+          debug: bool) -> None:
+    """Follow a running search from another shell (reads its flushed files, no locks): done of
+    the budget, rate, failures, best loss with its main metric, ETA. Ends when the job does.
+
+    \b
+    Example (on a login node, while the job runs):
+      atoll watch runs/sphere
+    """
+    from atoll.views.progress import follow
+
+    live = sys.stdout.isatty() and not plain
+    _guarded(lambda: follow(run_dir, interval=interval, live=live, each=verbose, after=after,
+                            parent=parent), debug)
 
 
 def main() -> None:

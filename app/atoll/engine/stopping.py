@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 _NOTICE_TAG = 75
+WALL_TIME = "wall time"
 PROBE_INTERVAL = 1e-3
 """Seconds between probes for another rank's notice. A probe that finds nothing makes Open
 MPI yield the core when ranks outnumber cores, a context switch that costs more than a fast
@@ -73,9 +74,12 @@ class StopFlag:
             return True
         now = time.time()
         if not self._local and now >= self.deadline:
-            self.request("wall time")
+            self.request(WALL_TIME)
         if self._local:
-            log.warning("stop requested (%s): finishing evaluations and saving", self.reason)
+            # Every rank reaches the wall time by itself: that is the job's to say, once (rank
+            # 0 logs INFO, the others only warnings). A signal reaches one rank: it warns.
+            level = logging.INFO if self.reason == WALL_TIME else logging.WARNING
+            log.log(level, "stop requested (%s): finishing evaluations and saving", self.reason)
             self._announce()
             self._seen = True
         elif now >= self._next_probe:

@@ -21,7 +21,7 @@ from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population
-from atoll.engine.stopping import EXIT_STOPPED, StopFlag
+from atoll.engine.stopping import EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.evaluation.call import Objective
@@ -111,7 +111,7 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
     exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
     if stopped or exit_code:
         log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
-                    "with 'atoll resume %s'", stop.reason or "wall time", job.done + completed,
+                    "with 'atoll resume %s'", stop.reason or WALL_TIME, job.done + completed,
                     job.budget, exit_code, paths.run_dir)
     results = on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
     return JobSummary(

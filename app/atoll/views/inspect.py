@@ -88,7 +88,7 @@ def _jobs(jobs: np.ndarray) -> list[str]:
     for row in jobs:
         start, stop = float(row["start"]), float(row["stop"])
         if math.isfinite(stop):
-            end = f"{_when(stop)} ({_duration(stop - start)}), exit {int(row['exit_code'])}"
+            end = f"{_when(stop)} ({duration(stop - start)}), exit {int(row['exit_code'])}"
         else:
             end = "running or killed"
         layout = " ".join(f"{k}={v}" for k, v in _json(row["layout"]).items())
@@ -173,7 +173,10 @@ def _when(seconds: Any) -> str:
         return "?"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``1h02m03s``, ``2m03s``; ``unknown`` for an infinite or NaN time."""
+    if not math.isfinite(seconds):
+        return "unknown"
     seconds = max(0, round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)

@@ -1,0 +1,232 @@
+"""Progress of a running search, read from its files: what rank 0 prints while a search runs,
+and what ``atoll watch`` shows from another shell.
+
+Only flushed rows are read, without locks, so a reader never slows the search down or blocks
+it. A job's end is its stop time in the jobs table; a watcher started by the search also ends
+when the search's process does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import numpy as np
+
+from atoll.errors import RecordError
+from atoll.individual import Status
+from atoll.record import RunPaths, open_run
+from atoll.views.inspect import best_epoch_values, duration, main_metric
+
+LIVE_REFRESH = 1.0  # seconds between redraws of the live view on a terminal
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Where a run stands, from what its files hold now."""
+
+    job: int  # the newest job (-1: none yet)
+    job_start: float
+    job_stop: float  # NaN while it runs
+    running: bool  # the newest job has not recorded its end
+    budget: int
+    completed: int  # evaluations that spend the budget, all jobs
+    failed: int
+    this_job: int  # evaluations that spend the budget, newest job
+    metric: str
+    best: dict[str, Any] = field(default_factory=dict)  # id, loss, metric value, params
+    new_rows: list[dict[str, Any]] = field(default_factory=list)  # for --each: since `seen`
+
+    @property
+    def rate(self) -> float:
+        """Evaluations per second of the newest job, to its end or until now."""
+        end = self.job_stop if math.isfinite(self.job_stop) else time.time()
+        elapsed = end - self.job_start
+        return self.this_job / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta(self) -> float:
+        left = max(self.budget - self.completed, 0)
+        return left / self.rate if self.rate > 0 else math.inf
+
+
+def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
+    """The run's state now; ``seen`` (ids already reported) is updated with the new rows."""
+    run = open_run(run_dir)
+    ind, jobs = run.individuals, run.jobs
+    job = int(jobs["job"][-1]) if len(jobs) else -1
+    start = float(jobs["start"][-1]) if len(jobs) else time.time()
+    stop = float(jobs["stop"][-1]) if len(jobs) else math.nan
+    counted = ind["status"] != Status.INTERRUPTED
+    metric = main_metric(run)
+    ok = ind[(ind["status"] == Status.OK) & np.isfinite(ind["loss"])]
+    best: dict[str, Any] = {}
+    if len(ok):
+        row = ok[int(np.argmin(ok["loss"]))]
+        value = best_epoch_values(run, row["id"][None], row["loss"][None], metric)[0] \
+            if metric else math.nan
+        best = {"id": int(row["id"]), "loss": float(row["loss"]), "value": value,
+                "params": {name: _plain(row[name]) for name in run.space.names}}
+    new_rows = []
+    if seen is not None:
+        for row in ind[~np.isin(ind["id"], list(seen))] if seen else ind:
+            seen.add(int(row["id"]))
+            status = Status(int(row["status"])).name.lower()
+            new_rows.append({"id": int(row["id"]), "status": status, "loss": float(row["loss"]),
+                             "worker": int(row["worker"]), "error": _plain(row["error"])})
+    return Snapshot(
+        job=job, job_start=start, job_stop=stop,
+        running=bool(len(jobs)) and not math.isfinite(stop),
+        budget=int(run.metadata.get("budget") or 0), completed=int(np.count_nonzero(counted)),
+        failed=int(np.count_nonzero(ind["status"] == Status.FAILED)),
+        this_job=int(np.count_nonzero(counted & (ind["born"] >= start))),
+        metric=metric, best=best, new_rows=new_rows)
+
+
+def line(snap: Snapshot) -> str:
+    """One plain line (no control characters), for log files and pipes."""
+    share = f" ({100 * snap.completed / snap.budget:.0f}%)" if snap.budget else ""
+    parts = [f"{snap.completed} of {snap.budget} done{share}", f"{snap.rate:.2f}/s",
+             f"{snap.failed} failed"]
+    if snap.best:
+        parts.append(f"best {_best(snap)}")
+    if snap.running:
+        parts.append(f"ETA {duration(snap.eta)}")
+    else:
+        parts.append("job ended" if snap.job >= 0 else "waiting for the job to start")
+    return "[atoll] " + ", ".join(parts)
+
+
+def individual_line(row: dict[str, Any]) -> str:
+    """One finished individual (``-v``)."""
+    text = f"[atoll] individual {row['id']} (worker {row['worker']}): {row['status']}"
+    if row["status"] == "ok":
+        return text + f", loss {row['loss']:.6g}"
+    return text + (f": {row['error']}" if row["error"] else "")
+
+
+class _Final(Exception):
+    """SIGTERM from the search that started this watcher: its job has ended."""
+
+
+def _final(signum: int, frame: FrameType | None) -> None:
+    raise _Final
+
+
+def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
+           after: float = 0.0, parent: int = 0, out: TextIO = sys.stdout) -> Snapshot | None:
+    """Report progress until the job ends (the first one starting at or after ``after``), or
+    until process ``parent`` is gone. ``live``: a live table on a terminal, else plain lines
+    every ``interval`` seconds. A watcher started by a search (``parent``) prints its last line
+    at once when the search sends SIGTERM at its end."""
+    if parent:
+        signal.signal(signal.SIGTERM, _final)
+    seen: set[int] | None = set() if each else None
+    if seen is not None and after:
+        seen.update(_ids_before(run_dir, after))
+    show: Callable[[Snapshot], None]
+    stop_live: Callable[[], None] = lambda: None  # noqa: E731
+    if live:
+        show, stop_live = _live_view(out)
+    else:
+        def show(snap: Snapshot) -> None:
+            for row in snap.new_rows:
+                print(individual_line(row), file=out)
+            print(line(snap), file=out, flush=True)
+    try:
+        while True:
+            snap = _take_when_readable(run_dir, seen, bool(after))
+            started = snap is not None and snap.job >= 0 and snap.job_start >= after
+            if snap is not None and (started or not after):
+                show(snap)
+                if not snap.running:
+                    return snap
+            if parent and not _alive(parent):
+                return snap
+            time.sleep(LIVE_REFRESH if live else interval)
+    except _Final:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        snap = _take_when_readable(run_dir, seen, bool(after))
+        if snap is not None and snap.job >= 0 and snap.job_start >= after:
+            show(snap)
+        return snap
+    finally:
+        stop_live()
+
+
+def _take_when_readable(run_dir: Path, seen: set[int] | None, waiting: bool
+                        ) -> Snapshot | None:
+    """A snapshot; while ``waiting`` for a search to create the run, None until its files
+    exist (a watcher of its own raises at once: the run is not there)."""
+    try:
+        return take(run_dir, seen)
+    except RecordError:
+        if not waiting or RunPaths(run_dir).run_file.is_file():
+            raise
+        return None
+
+
+def _ids_before(run_dir: Path, after: float) -> set[int]:
+    try:
+        ind = open_run(run_dir).individuals
+    except RecordError:
+        return set()
+    return set(ind["id"][ind["born"] < after].tolist())
+
+
+def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], None]]:
+    """A table redrawn in place (rich), for a terminal."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    live = Live(console=Console(file=out), auto_refresh=False, transient=False)
+    live.start()
+
+    def show(snap: Snapshot) -> None:
+        table = Table(title=f"Atoll: job {snap.job}", show_header=False, box=None)
+        table.add_row("done", f"{snap.completed} of {snap.budget}")
+        table.add_row("rate", f"{snap.rate:.2f} evaluations/s")
+        table.add_row("failed", str(snap.failed))
+        table.add_row("best", _best(snap) if snap.best else "none yet")
+        table.add_row("ETA", duration(snap.eta) if snap.running else "job ended")
+        live.update(table, refresh=True)
+
+    return show, live.stop
+
+
+def _best(snap: Snapshot) -> str:
+    best = snap.best
+    text = f"loss {best['loss']:.6g}"
+    if snap.metric and math.isfinite(best["value"]):
+        text += f" {snap.metric} {best['value']:.4g}"
+    params = " ".join(f"{k}={_short(v)}" for k, v in best["params"].items())
+    return f"{text} (id {best['id']}: {params})"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,92 @@
+"""Progress while a search runs (rank 0's lines) and `atoll watch` from another shell: real
+mpirun jobs and real CLI subprocesses reading the run's files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import numpy as np
+
+from atoll.individual import Status
+from atoll.record import open_run
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd
+
+SLOW = ("--config", "tests/configs/slow_sphere.toml")
+PROGRESS = re.compile(r"^\[atoll\] (\d+) of (\d+) done \((\d+)%\), [\d.]+/s, (\d+) failed")
+
+
+def progress_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if PROGRESS.match(line)]
+
+
+def test_rank_0_prints_plain_progress_lines_at_the_interval_and_a_last_one(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", *SLOW, "--run-dir", str(run_dir), "--set",
+                        "search.generations=60", "--set", "objective.options.sleep=0.05",
+                        "--set", "record.flush_interval=0.5", "--progress-interval", "0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = progress_lines(done.stdout)
+    assert len(lines) >= 3, done.stdout  # about 3 s of search at 0.5 s intervals
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", done.stdout)  # no control characters
+    counts = [int(PROGRESS.match(line)[1]) for line in lines]
+    assert counts == sorted(counts) and counts[-1] == 240
+    assert lines[-1].endswith("job ended") and "240 of 240 done (100%)" in lines[-1]
+    assert done.stdout.index(lines[-1]) < done.stdout.index("Run ")  # before the summary
+    ind = open_run(run_dir).individuals
+    best = ind[np.argmin(ind["loss"])]
+    assert f"best loss {float(best['loss']):.6g} " in lines[-1]
+    assert f"(id {int(best['id'])}: x0=" in lines[-1]
+
+
+def test_quiet_prints_no_progress_and_verbose_a_line_per_individual(tmp_path):
+    quiet = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "q"), "--set",
+                         "search.generations=10", "-q")
+    assert quiet.returncode == 0 and "[atoll]" not in quiet.stdout
+    verbose = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "v"), "--set",
+                           "search.generations=10", "-v")
+    assert verbose.returncode == 0, verbose.stderr[-2000:]
+    each = [line for line in verbose.stdout.splitlines()
+            if line.startswith("[atoll] individual ")]
+    assert sorted(int(line.split()[2]) for line in each) == list(range(20))
+    assert all(line.endswith(tuple("0123456789")) for line in each)  # "ok, loss X"
+
+
+def test_watch_follows_a_running_search_and_ends_with_it(tmp_path):
+    run_dir = tmp_path / "run"
+    search = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", *SLOW, "--run-dir", str(run_dir), "-q",
+                   "--set", "search.generations=80", "--set", "objective.options.sleep=0.05",
+                   "--set", "record.flush_interval=0.5"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        while not (run_dir / "run.h5").exists() and search.poll() is None:
+            time.sleep(0.1)
+        watch = subprocess.run(atoll_cmd("watch", str(run_dir), "--interval", "0.5"), cwd=ROOT,
+                               env=mpi_env(), capture_output=True, text=True, timeout=120)
+        search.communicate(timeout=120)
+    finally:
+        if search.poll() is None:
+            kill_tree(search)
+    assert search.returncode == 0 and watch.returncode == 0, watch.stderr
+    lines = progress_lines(watch.stdout)
+    assert len(lines) >= 2 and lines[-1].endswith("job ended")  # it ended by itself
+    assert "160 of 160 done (100%)" in lines[-1]
+    ind = open_run(run_dir).individuals
+    assert int(np.count_nonzero(ind["status"] == Status.OK)) == 160
+
+
+def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_path):
+    run_dir = tmp_path / "run"
+    assert mpirun_atoll(1, "search", *SLOW, "--run-dir", str(run_dir), "-q", "--set",
+                        "search.generations=3").returncode == 0
+    done = subprocess.run(atoll_cmd("watch", str(run_dir)), cwd=ROOT, env=mpi_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and len(progress_lines(done.stdout)) == 1
+    assert "3 of 3 done (100%)" in done.stdout and "job ended" in done.stdout
+    bad = subprocess.run(atoll_cmd("watch", str(tmp_path / "nothing")), cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
+    assert len(bad.stderr.splitlines()) == 1
