@@ -9,7 +9,8 @@ directory that did not exist is not created.
 
 Placeholders in commands, TOML and messages: ``{tmp}`` (the test's tmp_path), ``{run_dir}``
 (``{tmp}/run`` unless the setup moves it), ``{config}`` (``{tmp}/config.toml``, written from the
-row's TOML), and any a setup adds. Rows marked xfail show what users should see but do not yet.
+row's TOML), ``{root}`` (the checkout: the commands' working directory), and any a setup
+adds. Rows marked xfail show what users should see but do not yet.
 
 Read-only and full run directories need a file system that refuses writes: as root (whom file
 permissions do not stop) a small tmpfs mounted read-only or filled up; as another user, chmod for
@@ -344,7 +345,8 @@ CASES = [
     # the objective
     Case("objective_module_not_found", SEARCH,
          "atoll: error: objective.name: cannot import module 'no_such_pkg.mod' (No module named "
-         "'no_such_pkg'); check the name and that it is on PYTHONPATH",
+         "'no_such_pkg'); looked on PYTHONPATH and in {tmp}, {root}: check the name, or put the "
+         "module there or its directory on PYTHONPATH",
          toml='[objective]\nname = "no_such_pkg.mod:f"' + SPACE),
     Case("objective_module_fails_to_import", SEARCH,
          "atoll: error: objective.name: importing 'broken_objective' failed with "
@@ -496,7 +498,8 @@ def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prepared(case: Case, tmp: Path, base: Path) -> Iterator[tuple[list[str], str, Path]]:
     """The row's input in place; yields (command, expected line, run directory)."""
     (tmp / "mods").mkdir()
-    values = {"tmp": str(tmp), "run_dir": str(tmp / "run"), "config": str(tmp / "config.toml")}
+    values = {"tmp": str(tmp), "run_dir": str(tmp / "run"), "config": str(tmp / "config.toml"),
+              "root": str(ROOT)}
     with contextlib.ExitStack() as stack:
         if case.setup is not None:
             values.update(case.setup(Setup(tmp, Path(values["run_dir"]), base, stack)) or {})

@@ -10,7 +10,7 @@ import pytest
 
 import atoll
 from atoll.record import open_run
-from conftest import ROOT, atoll_cmd, mpirun_atoll, mpirun_cmd, run
+from conftest import BIN, ROOT, atoll_cmd, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 
 def imported_modules(*args: str) -> set[str]:
@@ -163,3 +163,24 @@ def test_make_targets_exist():
     makefile = Path(ROOT / "Makefile").read_text()
     for target in ("run:", "test:", "bench:", "lint:", "clean:"):
         assert f"\n{target}" in makefile
+
+
+def test_an_objective_module_beside_the_config_needs_no_pythonpath(tmp_path):
+    """As `python script.py` users expect: the module next to the config file is found."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "my_objective.py").write_text(
+        "def f(params, ctx):\n    return (params['x'] - 0.25) ** 2\n")
+    (folder / "search.toml").write_text(
+        "[objective]\nname = 'my_objective:f'\n[space.x]\ntype = 'float'\nlow = 0\nhigh = 1\n"
+        "[search]\ngenerations = 4\n")
+    env = {k: v for k, v in mpi_env().items() if k != "PYTHONPATH"}
+    done = run([str(BIN / "atoll"), "search", "--config", str(folder / "search.toml"),
+                "--run-dir", str(tmp_path / "r"), "-q"], cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(open_run(tmp_path / "r").individuals) == 4
+    # and from the current directory, with the config elsewhere
+    (tmp_path / "elsewhere.toml").write_text((folder / "search.toml").read_text())
+    done = run([str(BIN / "atoll"), "search", "--config", str(tmp_path / "elsewhere.toml"),
+                "--run-dir", str(tmp_path / "r2"), "-q"], cwd=folder, env=env)
+    assert done.returncode == 0, done.stderr

@@ -63,6 +63,9 @@ class ObjectiveConfig:
     dimensions: int | None = None
     data_dir: str = ""
     options: Mapping[str, Any] = field(default_factory=lambda: FrozenMap({}), hash=False)
+    config_dir: str = field(default="", compare=False)
+    """The config file's directory, where a ``module:function`` objective may also live (not
+    part of the recorded config: it is where the file was, not what it says)."""
 
 
 @dataclass(frozen=True)
@@ -388,7 +391,12 @@ def parse_config(table: Mapping[str, Any]) -> Config:
 def load_config(path: str | os.PathLike[str] | None,
                 overrides: Sequence[str] = ()) -> Config:
     """Read a TOML file (None: the embedded default), apply ``KEY=VALUE`` overrides, validate."""
-    return parse_config(apply_overrides(read_table(path), overrides))
+    config = parse_config(apply_overrides(read_table(path), overrides))
+    if path is None:
+        return config
+    where = str(Path(path).resolve().parent)
+    return dataclasses.replace(config, objective=dataclasses.replace(config.objective,
+                                                                     config_dir=where))
 
 
 def read_table(path: str | os.PathLike[str] | None) -> dict[str, Any]:

@@ -89,7 +89,8 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
                           results_file=paths.results_file if paths.results_file.exists()
                           else None, exit_code=0)
-    objective = on_all(comm, lambda: load_objective(config.objective.name))
+    beside = [config.objective.config_dir] if config.objective.config_dir else []
+    objective = on_all(comm, lambda: load_objective(config.objective.name, beside))
     on_root(comm, lambda: _preflight(objective, config))
     job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from atoll.errors import ObjectiveError
 from atoll.objectives.benchmarks import BENCHMARKS
 
 
-def load_objective(name: str) -> Callable[..., Any]:
-    """Return the callable ``objective(params, ctx)``; imports only the module the user names."""
+def load_objective(name: str, beside: Sequence[str] = ()) -> Callable[..., Any]:
+    """Return the callable ``objective(params, ctx)``; imports only the module the user names.
+
+    A module that is not on the import path is looked for in the directories ``beside`` (the
+    config file's) and in the current directory, as ``python script.py`` users expect; they
+    are added after everything else, so they never shadow an installed package."""
     if name in BENCHMARKS:
         return BENCHMARKS[name]
     module_name, sep, attr = name.partition(":")
@@ -19,10 +25,12 @@ def load_objective(name: str) -> Callable[..., Any]:
         raise ObjectiveError(f"objective.name: {name!r} is neither a built-in "
                              f"({', '.join(sorted(BENCHMARKS))}) nor 'package.module:function'")
     try:
-        module = importlib.import_module(module_name)
+        module = _import(module_name, [*beside, os.getcwd()])
     except ImportError as exc:
+        places = ", ".join(dict.fromkeys([*beside, os.getcwd()]))
         raise ObjectiveError(f"objective.name: cannot import module {module_name!r} ({exc}); "
-                             "check the name and that it is on PYTHONPATH") from None
+                             f"looked on PYTHONPATH and in {places}: check the name, or put "
+                             "the module there or its directory on PYTHONPATH") from None
     except Exception as exc:  # noqa: BLE001 - a broken user module is bad input, not a crash
         raise ObjectiveError(f"objective.name: importing {module_name!r} failed with "
                              f"{type(exc).__name__}: {exc}") from None
@@ -35,3 +43,18 @@ def load_objective(name: str) -> Callable[..., Any]:
         raise ObjectiveError(f"objective.name: {name!r} is a {type(function).__name__}, not "
                              "a function; name a callable objective(params, ctx)")
     return function
+
+
+def _import(module_name: str, fallback: Sequence[str]) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        if exc.name != top:  # found, but something it imports is missing: the user's to fix
+            raise
+        added = [d for d in dict.fromkeys(fallback) if d and d not in sys.path]
+        if not added:
+            raise
+        sys.path.extend(added)
+        importlib.invalidate_caches()
+        return importlib.import_module(module_name)
