@@ -279,3 +279,31 @@ def test_float_from_unit_always_in_bounds(a: float, b: float, unit: float, log: 
     assert param.contains(value)
     assert param.clip(value) == value
     assert param.contains(param.from_unit(param.to_unit(value)))
+
+
+# -- integers on a log scale ---------------------------------------------------------------------
+
+def test_a_log_int_gives_each_value_its_share_of_log_space() -> None:
+    param = Space.from_dict({"n": {"type": "int", "low": 1, "high": 1000, "log": True}}).params[0]
+    rng = random.Random(3)
+    draws = [param.sample(rng) for _ in range(60000)]
+    assert min(draws) >= 1 and max(draws) <= 1000 and all(isinstance(d, int) for d in draws)
+    total = math.log(1000.5 / 0.5)
+    for value in (1, 2, 10):
+        share = math.log((value + 0.5) / (value - 0.5)) / total
+        assert draws.count(value) / len(draws) == pytest.approx(share, rel=0.05)
+    assert [param.from_unit(param.to_unit(v)) for v in (1, 2, 3, 57, 999, 1000)] == \
+        [1, 2, 3, 57, 999, 1000]
+    assert param.from_unit(0.0) == 1 and param.from_unit(1.0) == 1000
+
+
+def test_a_log_int_is_recorded_as_such_and_a_linear_one_as_before() -> None:
+    table = {"n": {"type": "int", "low": 2, "high": 64, "log": True},
+             "m": {"type": "int", "low": 0, "high": 3}}
+    space = Space.from_dict(table)
+    assert space.to_dict() == table and Space.from_dict(space.to_dict()) == space
+    with pytest.raises(ConfigError, match=r"space.n: log scale needs low >= 1 for an int, got "
+                                          r"low=0; use a lower bound of at least 1 or log = false"):
+        Space.from_dict({"n": {"type": "int", "low": 0, "high": 8, "log": True}})
+    with pytest.raises(ConfigError, match=r"space.n.log: expected true or false, got 'yes'"):
+        Space.from_dict({"n": {"type": "int", "low": 1, "high": 8, "log": "yes"}})

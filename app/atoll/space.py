@@ -109,11 +109,16 @@ class FloatParam:
 
 @dataclass(frozen=True)
 class IntParam:
-    """An integer in [low, high], both inclusive."""
+    """An integer in [low, high], both inclusive, on a linear or a log scale.
+
+    On a log scale (``low >= 1``) each integer owns the stretch of log space from its value
+    minus a half to its value plus a half, as in Optuna's log-scaled integers: 1 and 2 are as
+    likely as 100 and 200 together, and a mutation moves small values by small steps."""
 
     name: str
     low: int
     high: int
+    log: bool = False
     kind: ClassVar[str] = "int"
 
     def __post_init__(self) -> None:
@@ -125,6 +130,12 @@ class IntParam:
         if self.low > self.high:
             raise ConfigError(f"{key}: low={self.low} is above high={self.high}; "
                               "swap the bounds")
+        if self.log and self.low < 1:
+            raise ConfigError(f"{key}: log scale needs low >= 1 for an int, got low={self.low}; "
+                              "use a lower bound of at least 1 or log = false")
+
+    def _log_span(self) -> tuple[float, float]:
+        return math.log(self.low - 0.5), math.log(self.high + 0.5)
 
     def clip(self, value: Any) -> int:
         if isinstance(value, (int, np.integer)):
@@ -138,14 +149,22 @@ class IntParam:
         return int(min(max(number, self.low), self.high))
 
     def to_unit(self, value: Any) -> float:
+        if self.log:
+            lo, hi = self._log_span()
+            return (math.log(self.clip(value)) - lo) / (hi - lo)
         # Each integer owns an equal slice of [0, 1]; its centre is its unit position.
         return (self.clip(value) - self.low + 0.5) / (self.high - self.low + 1)
 
     def from_unit(self, unit: float) -> int:
         unit = _unit(unit)
+        if self.log:
+            lo, hi = self._log_span()
+            return self.clip(math.floor(math.exp(lo + unit * (hi - lo)) + 0.5))
         return self.clip(self.low + math.floor(unit * (self.high - self.low + 1)))
 
     def sample(self, rng: random.Random) -> int:
+        if self.log:
+            return self.from_unit(rng.random())
         return rng.randint(self.low, self.high)  # Python ints: exact up to the int64 limits
 
     def contains(self, value: Any) -> bool:
@@ -153,7 +172,8 @@ class IntParam:
             bool(self.low <= value <= self.high)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "low": self.low, "high": self.high}
+        linear = {"type": self.kind, "low": self.low, "high": self.high}
+        return {**linear, "log": True} if self.log else linear  # as runs before log ints
 
 
 @dataclass(frozen=True)
@@ -216,7 +236,7 @@ Param = FloatParam | IntParam | CategoricalParam | OrdinalParam
 _KEYS: dict[str, tuple[set[str], set[str]]] = {
     # type -> (required keys, optional keys), besides "type"
     "float": ({"low", "high"}, {"log"}),
-    "int": ({"low", "high"}, set()),
+    "int": ({"low", "high"}, {"log"}),
     "categorical": ({"choices"}, set()),
     "ordinal": ({"values"}, set()),
 }
@@ -286,13 +306,10 @@ def _param_from_dict(name: str, spec: Any, key: str) -> Param:
     _check_keys(spec, kind, key)
     if kind == "float":
         low, high = (_number(spec[k], f"{key}.{k}") for k in ("low", "high"))
-        log = spec.get("log", False)
-        if not isinstance(log, bool):
-            raise ConfigError(f"{key}.log: expected true or false, got {log!r}")
-        return FloatParam(name, low, high, log)
+        return FloatParam(name, low, high, _log(spec, key))
     if kind == "int":
         low_i, high_i = (_integer(spec[k], f"{key}.{k}") for k in ("low", "high"))
-        return IntParam(name, low_i, high_i)
+        return IntParam(name, low_i, high_i, _log(spec, key))
     field = "choices" if kind == "categorical" else "values"
     values = spec[field]
     if not isinstance(values, Sequence) or isinstance(values, str):
@@ -302,6 +319,13 @@ def _param_from_dict(name: str, spec: Any, key: str) -> Param:
             raise ConfigError(f"{key}.{field}: {v!r} is not a string, number or boolean")
     cls = CategoricalParam if kind == "categorical" else OrdinalParam
     return cls(name, tuple(values))
+
+
+def _log(spec: Mapping[str, Any], key: str) -> bool:
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise ConfigError(f"{key}.log: expected true or false, got {log!r}")
+    return log
 
 
 def _check_keys(spec: Mapping[str, Any], kind: str, key: str) -> None:
