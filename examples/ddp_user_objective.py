@@ -2,8 +2,8 @@
 
 A small MLP on scikit-learn's 8x8 digits. Every rank of the worker trains one replica on its
 own shard; the validation sums are added over the worker, so every rank reports the same
-numbers. Run from the repository root so that ``examples`` is importable:
-    PYTHONPATH=. mpirun -n 4 --oversubscribe atoll search --config examples/ddp_user.toml \
+numbers. Run from the repository root (Atoll finds ``examples`` from the current directory):
+    mpirun -n 4 --oversubscribe atoll search --config examples/ddp_user.toml \
         --run-dir runs/ddp
 """
 

@@ -1,7 +1,7 @@
 """A user objective: any importable ``module:function`` taking ``(params, ctx)``.
 
-Run from the repository root so that ``examples`` is importable:
-    PYTHONPATH=. mpirun -n 4 atoll search --config examples/user.toml --run-dir runs/user
+Run from the repository root (Atoll finds ``examples`` from the current directory):
+    mpirun -n 4 atoll search --config examples/user.toml --run-dir runs/user
 """
 
 from __future__ import annotations
