@@ -61,6 +61,8 @@ container container-cpu:
 	$(if $(shell command -v $(APPTAINER) 2>/dev/null),,$(error make $@: apptainer is not installed; install Apptainer 1.2 or newer (containers/README.md), then run make $@ again))
 	$(APPTAINER) build $(BUILD_ARGS) $(IMAGE).sif containers/$(IMAGE).def
 
+# compiler find first: otherwise Spack writes the compilers it detects into spack.yaml itself.
 spack-env:
 	$(if $(wildcard $(SPACK)),,$(error make spack-env: no spack on PATH nor in $$SPACK_ROOT/bin; install Spack 1.1 (containers/README.md, Spack) and put it on PATH or set SPACK_ROOT to its checkout))
+	$(SPACK) compiler find
 	$(SPACK) -e . concretize -f
