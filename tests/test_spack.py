@@ -213,3 +213,16 @@ def test_spack_concretizes_the_stack_to_the_reported_versions(env_copy: Path) ->
     for name, version in reported_versions().items():
         assert resolved[name][0] == version, f"{name}: resolved {resolved[name][0]}, " \
                                              f"containers/README.md says {version}"
+
+
+def test_make_spack_env_without_spack_says_so_in_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPACK", "MAKE"))}
+    env["PATH"] = "/usr/bin:/bin"
+    assert shutil.which("spack", path=env["PATH"]) is None
+    done = subprocess.run(["make", "--no-print-directory", "spack-env"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert "make spack-env: no spack on PATH nor in $SPACK_ROOT/bin; install Spack 1.1" \
+        in done.stderr
