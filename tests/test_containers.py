@@ -257,9 +257,9 @@ def test_bind_model_uses_the_host_mpi_named_by_mpi4py_libmpi(image: Path, host_m
     assert done.returncode == 0, done.stderr[-3000:]
     assert "world_size=2" in done.stdout and "Evaluations: 8 (ok 8" in done.stdout
 
-    hello = [f"{image}/opt/atoll/venv/bin/python", "-c",
-             "from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size(), "
-             "MPI.Get_library_version().split()[0])"]
+    hello = [f"{image}/opt/atoll/venv/bin/python", "-c",  # one write per rank: no interleaving
+             "import os; from mpi4py import MPI; os.write(1, f'{MPI.COMM_WORLD.Get_size()} "
+             "{MPI.Get_library_version().split()[0]}\\n'.encode())"]
     bound = run([*launcher, *hello], env=dict(env, MPI4PY_LIBMPI=libmpi))
     assert sorted(bound.stdout.split("\n")[:2]) == ["2 MPICH", "2 MPICH"], bound.stdout
     unbound = run([*launcher, *hello], env=env)
