@@ -47,3 +47,22 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache build app/*.egg-info
+
+# Packaging (containers/README.md): the Apptainer images and the Spack environment (spack.yaml).
+# Without the tool each target stops with one line saying what to install (make exits 2): a build
+# that did not happen never looks like one that passed.
+APPTAINER ?= apptainer
+BUILD_ARGS ?=
+SPACK ?= $(or $(shell command -v spack 2>/dev/null),$(if $(SPACK_ROOT),$(SPACK_ROOT)/bin/spack))
+.PHONY: container container-cpu spack-env
+container: IMAGE := atoll
+container-cpu: IMAGE := atoll-cpu
+container container-cpu:
+	$(if $(shell command -v $(APPTAINER) 2>/dev/null),,$(error make $@: apptainer is not installed; install Apptainer 1.2 or newer (containers/README.md), then run make $@ again))
+	$(APPTAINER) build $(BUILD_ARGS) $(IMAGE).sif containers/$(IMAGE).def
+
+# compiler find first: otherwise Spack writes the compilers it detects into spack.yaml itself.
+spack-env:
+	$(if $(wildcard $(SPACK)),,$(error make spack-env: no spack on PATH nor in $$SPACK_ROOT/bin; install Spack 1.1 (containers/README.md, Spack) and put it on PATH or set SPACK_ROOT to its checkout))
+	$(SPACK) compiler find
+	$(SPACK) -e . concretize -f
