@@ -261,7 +261,7 @@ def render(rows: Sequence[Row], header: str, width: int = 100) -> str:
     lines = [header, f"{'check':<{name}}  status  detail", f"{'-' * name}  ------  " +
              "-" * (width - name - 10)]
     for r in rows:
-        wrapped = textwrap.wrap(r.detail, width - name - 10) or [""]
+        wrapped = textwrap.wrap(r.detail, width - name - 10, break_on_hyphens=False) or [""]
         lines.append(f"{r.check:<{name}}  {r.status:<6}  {wrapped[0]}")
         lines.extend(indent + more for more in wrapped[1:])
     failed = sum(r.status == FAIL for r in rows)
