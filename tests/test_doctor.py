@@ -53,9 +53,11 @@ def test_one_rank_bad_layout_exits_2():
 
 
 def test_help_example_four_ranks_two_per_worker(tmp_path):
-    # the example of `atoll doctor --help`, as written (but with mpirun's test flags)
-    done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config", SPHERE, "--run-dir",
-                          "runs/sphere", "--set", "search.ranks_per_worker=2"), cwd=tmp_path)
+    # the example of `atoll doctor --help` and the README, as written (with mpirun's test flags)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config", "examples/sphere.toml",
+                          "--run-dir", "runs/sphere", "--set", "search.ranks_per_worker=2"),
+               cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("atoll doctor: 4 rank(s)") == 1  # rank 0 prints, once
     rows = rows_of(done.stdout)
@@ -63,7 +65,7 @@ def test_help_example_four_ranks_two_per_worker(tmp_path):
     assert "2 worker(s) of 2 rank(s), 2 island(s); leaders: ranks 0, 2" in flat(done.stdout)
     assert "gloo: 2 worker group(s) built in" in flat(done.stdout)
     assert "300 evaluations (150 per worker x 2 workers)" in flat(done.stdout)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["examples"]  # no run dir, no probe file
 
 
 def test_four_ranks_every_failure_is_reported_and_every_rank_exits_2(tmp_path):

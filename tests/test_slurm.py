@@ -196,17 +196,36 @@ def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp
     assert 0 < completed(first_job_rows) < 2 * generations  # stopped mid-search
 
 
+def like_the_checkout(where: Path) -> Path:
+    """A directory where the README's relative paths (examples/, jobscripts/) resolve."""
+    for name in ("examples", "jobscripts"):
+        (where / name).symlink_to(ROOT / name)
+    return where
+
+
+def test_readme_submit_example(slurm, tmp_path):
+    cwd = like_the_checkout(tmp_path)
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    done = slurm_run(["jobscripts/submit", "test-cluster", "cpu.sbatch", "examples/sphere.toml",
+                      "runs/sphere"], env, cwd)  # as jobscripts/README.md shows it
+    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
+
+
 def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
     env = job_env(slurm)
+    cwd = like_the_checkout(tmp_path)
+    # as the README shows it (atoll: the venv's)
     cmd = ["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=2", str(BIN / "atoll"),
-           "doctor", "--config", SPHERE, "--run-dir", str(tmp_path / "r"),
+           "doctor", "--config", "examples/sphere.toml", "--run-dir", "runs/sphere",
            "--set", "search.ranks_per_worker=2"]
-    done = slurm_run(cmd, env, tmp_path)
+    done = slurm_run(cmd, env, cwd)
     out = " ".join(done.stdout.split())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "n1: ranks 0-1; n2: ranks 2-3" in out and "4 rank(s) on 2 host(s)" in out
     assert "gloo: 2 worker group(s) built in" in out
-    bad = slurm_run([*cmd, "--set", "search.islands=3"], env, tmp_path)
+    bad = slurm_run([*cmd, "--set", "search.islands=3"], env, cwd)
     assert bad.returncode == 2 and "search.islands=3 is more than the 2 worker(s)" in \
         " ".join(bad.stdout.split())
 
