@@ -38,7 +38,7 @@ def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_tcp_if_include="lo", PYTHONUNBUFFERED="1", TMPDIR=str(MPI_TMPDIR),
-               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+               PYTHONPATH=os.pathsep.join([str(ROOT / "app"), str(ROOT / "tests"), str(ROOT)]))
     env.update(extra)
     return env
 

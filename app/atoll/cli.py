@@ -238,6 +238,40 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: flo
                             parent=parent), debug)
 
 
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML config file of the search to check. Without it, the embedded default.")
+@click.option("--run-dir", type=click.Path(path_type=Path),
+              help="Where the run's record will be: checks HDF5 locking and free space there.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config key, as for 'atoll search' (repeatable).")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[str],
+           debug: bool) -> None:
+    """Check an allocation before a search: launch it exactly like the search.
+
+    Checks the MPI ranks and hosts, the rank layout the config gets, each worker's torch
+    process group (built, with a timed all_reduce), the GPU of every rank, HDF5 locking and
+    free space in the run directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
+    allowed), 2 a check failed (the search would fail here) or bad input; the same on every rank.
+
+    \b
+    Example:
+      mpirun -n 4 atoll doctor --config examples/sphere.toml --run-dir runs/sphere \\
+          --set search.ranks_per_worker=2
+    """
+    from atoll.config import load_config
+    from atoll.job.doctor import run_doctor
+    from atoll.logs import launcher_rank, setup_logging
+
+    setup_logging(launcher_rank(), debug)
+    config = _guarded(lambda: load_config(config_path, overrides), debug)
+    report = _guarded(lambda: _mpi_job(lambda comm: run_doctor(config, run_dir, comm)), debug)
+    if report.text:
+        click.echo(report.text)
+    sys.exit(report.exit_code)
+
+
 def main() -> None:
     """The ``atoll`` entry point: a usage error (unknown option, missing argument) is one line
     and exit code 2, like every other bad input, instead of click's usage block."""

@@ -60,7 +60,7 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
         return _continue(paths, config, world_size,
                          config.search.evaluations if changed else info.budget, changed)
     record.check_new_run_dir(paths)
-    layout = _layout(config, world_size)
+    layout = job_layout(config, world_size)
     return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
                    config_text=config_text)
 
@@ -88,7 +88,7 @@ def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: i
     individuals = record.read_completed(paths.run_dir)
     done = completed_count(individuals)
     next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
-    return JobPlan(config, _layout(config, world_size), budget, resumed=True, done=done,
+    return JobPlan(config, job_layout(config, world_size), budget, resumed=True, done=done,
                    next_id=next_id, new_budget=new_budget)
 
 
@@ -104,7 +104,7 @@ def share(total: int, workers: int) -> list[int]:
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
 
 
-def _layout(config: Config, world_size: int) -> Layout:
+def job_layout(config: Config, world_size: int) -> Layout:
     """This job's layout. More islands than workers are lowered to one island per worker, with
     a warning: a config written for a large allocation still runs on a small one (a laptop, a
     requeue onto fewer nodes); the jobs table records the islands each job had."""

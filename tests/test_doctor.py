@@ -1,0 +1,167 @@
+"""``atoll doctor``: the preflight table and its exit code, under real mpirun (1 and 4 ranks)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from atoll.job.doctor import FAIL, OK, WARN, Row, gpu_rows, lock_rows, ranks_text, render
+from conftest import MPIRUN, ROOT, atoll_cmd, mpi_env, mpirun_cmd, run
+
+SPHERE = str(ROOT / "examples" / "sphere.toml")
+
+
+def flat(out: str) -> str:
+    """The output with wrapped lines joined (details wrap under themselves)."""
+    return " ".join(out.split())
+
+
+def rows_of(out: str) -> dict[str, list[str]]:
+    """check name -> the statuses of its rows, read back from the printed table."""
+    found: dict[str, list[str]] = {}
+    body = out.split("------\n", 1)[-1] if "------" in out else out
+    for line in body.splitlines()[1:]:
+        for status in (OK, WARN, FAIL, "skip"):
+            marker = f"  {status:<6}  "
+            if marker in line and not line.startswith(" "):
+                found.setdefault(line.split(marker)[0].strip(), []).append(status)
+    return found
+
+
+def test_one_rank_ready_and_leaves_nothing_behind(tmp_path):
+    run_dir = tmp_path / "runs" / "sphere"
+    done = run(atoll_cmd("doctor", "--config", SPHERE, "--run-dir", str(run_dir),
+                         "--set", "search.islands=1"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = rows_of(done.stdout)
+    assert rows["layout"] == [OK] and rows["HDF5 locking"] == [OK], done.stdout
+    assert "1 worker(s) of 1 rank(s), 1 island(s); leaders: ranks 0" in flat(done.stdout)
+    assert "gloo: 1 worker group(s) built in" in flat(done.stdout)
+    assert "a second open from another process on this host was refused" in flat(done.stdout)
+    assert "ready (" in flat(done.stdout) and "exit 0" in done.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing created: not the run dir, no probe file
+
+
+def test_one_rank_bad_layout_exits_2():
+    done = run(atoll_cmd("doctor", "--config", SPHERE))  # sphere has 2 islands: 1 rank is short
+    assert done.returncode == 2
+    assert rows_of(done.stdout)["layout"] == [FAIL]
+    assert "search.islands=2 is more than the 1 worker(s)" in flat(done.stdout)
+    assert "the search would fail here (exit 2)" in flat(done.stdout)
+    assert rows_of(done.stdout)["run directory"] == ["skip"]
+
+
+def test_help_example_four_ranks_two_per_worker(tmp_path):
+    # the example of `atoll doctor --help` and the README, as written (with mpirun's test flags)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config", "examples/sphere.toml",
+                          "--run-dir", "runs/sphere", "--set", "search.ranks_per_worker=2"),
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("atoll doctor: 4 rank(s)") == 1  # rank 0 prints, once
+    rows = rows_of(done.stdout)
+    assert rows["process group"] == [OK] and rows["disk space"] == [OK], done.stdout
+    assert "2 worker(s) of 2 rank(s), 2 island(s); leaders: ranks 0, 2" in flat(done.stdout)
+    assert "gloo: 2 worker group(s) built in" in flat(done.stdout)
+    assert "300 evaluations (150 per worker x 2 workers)" in flat(done.stdout)
+    assert [p.name for p in tmp_path.iterdir()] == ["examples"]  # no run dir, no probe file
+
+
+def test_four_ranks_every_failure_is_reported_and_every_rank_exits_2(tmp_path):
+    # no CUDA here, so nccl fails each worker's group; a budget no disk can hold fails the
+    # space check. Both are found in one run, and mpirun (every rank) exits 2.
+    done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config", SPHERE, "--run-dir",
+                          str(tmp_path / "r"), "--set", "search.ranks_per_worker=2",
+                          "--set", "distributed.backend=nccl",
+                          "--set", "search.generations=100000000000000"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    rows = rows_of(done.stdout)
+    assert rows["process group"] == [FAIL, FAIL], done.stdout
+    assert "needs CUDA devices and this rank sees none" in flat(done.stdout)
+    assert rows["disk space"] == [FAIL] and "free some space" in flat(done.stdout)
+    assert "3 check(s) failed: the search would fail here (exit 2)" in flat(done.stdout)
+
+
+def test_one_worker_failing_alone_fails_the_whole_job(tmp_path):
+    # MPMD: ranks 2-3 (worker 1) are told to use nccl, ranks 0-1 (worker 0) gloo. Only worker
+    # 1 fails; rank 0 reports it, and every rank exits 2 (nothing hangs).
+    args = ["-m", "atoll", "doctor", "--config", SPHERE, "--set", "search.ranks_per_worker=2"]
+    cmd = [str(MPIRUN), "--oversubscribe", "--bind-to", "none",
+           "-n", "2", sys.executable, *args, ":",
+           "-n", "2", sys.executable, *args, "--set", "distributed.backend=nccl"]
+    done = run(cmd, env=mpi_env())
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "worker 1 (ranks 2-3): DistributedError" in flat(done.stdout)
+    assert "gloo: 1 worker group(s) built" in flat(done.stdout)  # worker 0 was fine
+
+
+def test_locking_off_by_environment_is_reported(tmp_path):
+    env = mpi_env(HDF5_USE_FILE_LOCKING="FALSE")
+    done = run(atoll_cmd("doctor", "--config", SPHERE, "--set", "search.islands=1",
+                         "--run-dir", str(tmp_path)), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "off (HDF5_USE_FILE_LOCKING=FALSE)" in flat(done.stdout)
+
+
+def test_bad_input_is_one_line():
+    done = run(atoll_cmd("doctor", "--set", "search.islands=0"))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "atoll: error: search.islands: expected an integer >= 1, got 0\n"
+
+
+# --- the pure checks, on facts no machine here can show (GPUs) -----------------------------
+
+def view(rank, node, device, uuid=None, visible=None, name="NVIDIA A100-SXM4-40GB"):
+    return {"rank": rank, "node": node, "device": device, "uuid": uuid, "visible": visible,
+            "count": 4, "name": name}
+
+
+def test_two_ranks_of_one_node_on_one_gpu_is_an_error():
+    rows = gpu_rows([view(0, "n1", 0, "GPU-a"), view(1, "n1", 1, "GPU-a"),
+                     view(2, "n2", 0, "GPU-c"), view(3, "n2", 1, "GPU-d")])
+    assert [r.status for r in rows] == [FAIL, WARN]
+    assert rows[0].detail.startswith("ranks 0-1 on n1 share GPU GPU-a")
+
+
+def test_one_gpu_per_rank_is_fine_and_shows_the_mapping():
+    # per-task binding: every rank sees its own GPU as cuda:0 (different UUIDs)
+    rows = gpu_rows([view(0, "n1", 0, "GPU-a", "0"), view(1, "n1", 0, "GPU-b", "1")])
+    assert [r.status for r in rows] == [OK]
+    assert "n1: 0->cuda:0, 1->cuda:0" in rows[0].detail and "A100" in rows[0].detail
+
+
+def test_without_uuids_the_visible_list_names_the_gpu():
+    rows = gpu_rows([view(0, "n1", 0, None, "2,3"), view(1, "n1", 0, None, "2,3")])
+    assert rows[0].status == FAIL and "share GPU 2" in rows[0].detail
+
+
+def test_granted_gpus_torch_cannot_see_are_a_warning():
+    rows = gpu_rows([{**view(0, "n1", None, visible="0,1"), "count": 0}])
+    assert rows[0].status == WARN and "CPU run" in rows[0].detail
+
+
+def test_a_filesystem_without_locks_says_what_to_set():
+    rows = lock_rows({"dir": "/lustre/x", "env": None, "second": "rank 4 on n2",
+                      "create_error": "unable to lock file, errno = 38", "refused": False,
+                      "probe_error": ""})
+    assert rows[0].status == FAIL and "set HDF5_USE_FILE_LOCKING=FALSE" in rows[0].detail
+
+
+def test_locks_not_honoured_across_hosts_is_a_warning():
+    rows = lock_rows({"dir": "/lustre/x", "env": None, "second": "rank 4 on n2",
+                      "create_error": "", "refused": False, "probe_error": ""})
+    assert rows[0].status == WARN and "not honoured" in rows[0].detail
+
+
+@pytest.mark.parametrize(("ranks", "text"), [([0], "0"), ([0, 1, 2, 5], "0-2, 5"),
+                                             (list(range(0, 40, 2)), "0, 2, 4, ..., 36, 38")])
+def test_ranks_text(ranks, text):
+    assert ranks_text(ranks) == text
+
+
+def test_render_wraps_long_details_under_themselves():
+    text = render([Row("x", OK, "word " * 40)], "header", width=60)
+    lines = text.splitlines()
+    assert all(len(line) <= 60 for line in lines)
+    assert lines[4].startswith(" " * 10) and lines[-1].startswith("ready")

