@@ -43,11 +43,11 @@ def test_one_rank_ready_and_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing created: not the run dir, no probe file
 
 
-def test_one_rank_bad_layout_exits_2():
-    done = run(atoll_cmd("doctor", "--config", SPHERE))  # sphere has 2 islands: 1 rank is short
+def test_one_rank_bad_layout_exits_2_and_islands_lowered_to_fit_are_a_warning():
+    done = run(atoll_cmd("doctor", "--config", SPHERE, "--set", "search.ranks_per_worker=2"))
     assert done.returncode == 2
     assert rows_of(done.stdout)["layout"] == [FAIL]
-    assert "search.islands=2 is more than the 1 worker(s)" in flat(done.stdout)
+    assert "1 MPI ranks cannot form workers of ranks_per_worker=2" in flat(done.stdout)
     assert "the search would fail here (exit 2)" in flat(done.stdout)
     assert rows_of(done.stdout)["run directory"] == ["skip"]
 
@@ -165,3 +165,10 @@ def test_render_wraps_long_details_under_themselves():
     lines = text.splitlines()
     assert all(len(line) <= 60 for line in lines)
     assert lines[4].startswith(" " * 10) and lines[-1].startswith("ready")
+
+
+def test_more_islands_than_workers_is_a_warning_and_ready():
+    done = run(atoll_cmd("doctor", "--config", SPHERE))  # sphere has 2 islands: 1 rank runs 1
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert rows_of(done.stdout)["islands"] == [WARN]
+    assert "search.islands=2 is more than the 1 worker(s): the search runs 1" in flat(done.stdout)

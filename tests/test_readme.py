@@ -1,6 +1,7 @@
 """What README.md and the commands' --help show runs as written.
 
-The README's shell blocks run as one script each, in a scratch directory that holds the
+The README's shell blocks run in order as one script, as in one shell session, in a scratch
+directory that holds the
 repository's examples and venv (so its runs/ land there), with the environment a user of this
 machine has; its Python blocks run after them. `make test` is what CI runs; `make run` is run by
 tests/test_classifier.py. Blocks fenced as ```text are output or cluster-only commands (srun,
@@ -55,11 +56,11 @@ def test_every_shell_block_is_known_and_the_make_block_names_the_two_targets() -
 
 @pytest.mark.slow
 def test_the_readme_shell_blocks_and_then_its_python_blocks_run_as_written(sandbox: Path):
-    for script in blocks("bash")[1:]:
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=sandbox,
-                              env=user_env(), capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout[-3000:]}\n" \
-                                     f"--- stderr\n{done.stderr[-3000:]}"
+    script = "\n".join(blocks("bash")[1:])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=sandbox,
+                          env=user_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout[-3000:]}\n" \
+                                 f"--- stderr\n{done.stderr[-3000:]}"
     for code in blocks("python"):
         done = subprocess.run([str(BIN / "python"), "-c", code], cwd=sandbox, env=user_env(),
                               capture_output=True, text=True, timeout=300)

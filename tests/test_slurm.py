@@ -106,7 +106,7 @@ def jobs_table(run_dir: Path) -> np.ndarray:
 
 
 def completed(table: np.ndarray) -> int:
-    from atoll.restore import completed_count
+    from atoll.engine.restore import completed_count
 
     return completed_count(table)
 
@@ -225,8 +225,8 @@ def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "n1: ranks 0-1; n2: ranks 2-3" in out and "4 rank(s) on 2 host(s)" in out
     assert "gloo: 2 worker group(s) built in" in out
-    bad = slurm_run([*cmd, "--set", "search.islands=3"], env, cwd)
-    assert bad.returncode == 2 and "search.islands=3 is more than the 2 worker(s)" in \
+    bad = slurm_run([*cmd, "--set", "search.ranks_per_worker=3"], env, cwd)
+    assert bad.returncode == 2 and "4 MPI ranks cannot form workers of ranks_per_worker=3" in \
         " ".join(bad.stdout.split())
 
 
