@@ -36,7 +36,7 @@ def page(summary: Summary, plots: Sequence[Plot], skipped: Sequence[str],
              f"<title>Atoll report: {escape(summary.run_dir)}</title>\n"
              f"<style>{STYLE}</style>\n</head>\n<body>\n"
              f"<h1>Atoll report: {escape(summary.run_dir)}</h1>\n"
-             f"<p>{escape(counts_line(summary))}</p>\n"]
+             f"<p>{escape(summary.about)}</p>\n<p>{escape(counts_line(summary))}</p>\n"]
     parts += [f"<p class=\"note\">{escape(note)}</p>\n" for note in summary.notes]
     parts.append("<h2>Evaluations by status</h2>\n")
     parts.append(table(Table(["status", "evaluations"],

@@ -236,10 +236,15 @@ def _positions(param: Param, values: np.ndarray, rng: np.random.Generator) -> np
                           for v in values.tolist()], dtype=float)
         return index + rng.uniform(-0.18, 0.18, len(index))
     numbers = values.astype(float)
-    if not isinstance(param, FloatParam) and not _is_log(param) and \
-            param.high - param.low <= 30:  # type: ignore[union-attr]
+    if _jittered(param):
         return numbers + rng.uniform(-0.15, 0.15, len(numbers))
     return numbers
+
+
+def _jittered(param: Param) -> bool:
+    """Integers of a small linear range: equal values would hide each other."""
+    return not isinstance(param, (FloatParam, CategoricalParam)) and not _is_log(param) and \
+        param.high - param.low <= 30
 
 
 def _parameter_axis(ax: Any, param: Param) -> None:
@@ -255,7 +260,7 @@ def _parameter_axis(ax: Any, param: Param) -> None:
         ax.set_xlim(low / pad, high * pad)
         ax.set_xlabel(f"{param.name} (log scale)")
         return
-    pad = 0.03 * (high - low) or 0.5
+    pad = 0.5 if _jittered(param) else 0.03 * (high - low) or 0.5
     ax.set_xlim(low - pad, high + pad)
     if isinstance(param, FloatParam):
         ax.set_xlabel(param.name)
@@ -289,25 +294,38 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
         ax.scatter([x[best]], [ind["loss"][best]], marker="*", s=160, color="gold",
                    edgecolors="black", linewidths=0.8, zorder=3, label="best")
         if failed.any():
-            ax.scatter(x[failed], np.full(int(failed.sum()), 0.97), marker="x", s=18,
+            ax.scatter(x[failed], np.full(int(failed.sum()), 0.96), marker="x", s=18,
                        color=STATUS_COLOURS[Status.FAILED], transform=ax.get_xaxis_transform(),
-                       clip_on=False, label="failed (no loss; shown at the top)")
+                       clip_on=False, label="failed (no loss; in the band at the top)")
         _parameter_axis(ax, param)
         ax.grid(True, alpha=0.3)
     for ax in grid[:, 0]:
         _loss_axis(ax, ind["loss"][good])
+    if failed.any():
+        _headroom(grid[0, 0], ind["loss"][good])
     for ax in axes[len(params):]:
         ax.set_visible(False)
-    axes[0].legend(fontsize="small", loc="best")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize="small",
+               frameon=False)
     if scatter is not None:
-        bar = fig.colorbar(scatter, ax=list(axes[: len(params)]), shrink=min(0.9, 0.35 * rows),
-                           aspect=25, label="evaluation number (order finished)")
+        bar = fig.colorbar(scatter, ax=list(axes[: len(params)]), shrink=0.9 if rows == 1
+                           else 0.6, aspect=25, label="evaluation number (order finished)")
         bar.locator = MaxNLocator(integer=True)
         bar.update_ticks()
     fig.suptitle(title)
     return _save(fig, out / "parameters.png", title,
                  "Each evaluation's loss against each parameter value, coloured by when it "
                  "finished; log axes for log-scale parameters, jittered strips for choices.")
+
+
+def _headroom(ax: Any, losses: np.ndarray) -> None:
+    """Room above the highest loss for the failed evaluations' band."""
+    low, high = float(losses.min()), float(losses.max())
+    if ax.get_yscale() == "log":
+        ax.set_ylim(top=high * (high / low) ** 0.15)
+    else:
+        ax.set_ylim(top=high + 0.15 * ((high - low) or 1.0))
 
 
 # -- parallel coordinates of the best quarter --------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Summary:
     """What every output of the report shows: counts, failure reasons, the best individuals."""
 
     run_dir: str
+    about: str
     counts: dict[str, int]
     reasons: list[tuple[str, int]]
     top: Table
@@ -54,9 +56,25 @@ class Summary:
 def summarize(run: RunData, top: int) -> Summary:
     ind = run.individuals
     ok = int(np.count_nonzero(usable(ind)))
-    return Summary(run_dir=str(run.metadata.get("run_dir", "?")), counts=status_counts(ind),
+    return Summary(run_dir=str(run.metadata.get("run_dir", "?")), about=_about(run),
+                   counts=status_counts(ind),
                    reasons=failure_reasons(ind), top=top_table(run, top), ok=ok,
                    notes=_notes(run))
+
+
+def _about(run: RunData) -> str:
+    """Where the run comes from: versions, creation time, jobs, which files were read."""
+    meta = run.metadata
+    bits = [f"record schema {meta.get('schema_version', '?')}"]
+    if "atoll_version" in meta:
+        bits.append(f"atoll {meta['atoll_version']}")
+    if "created" in meta and math.isfinite(float(meta["created"])):
+        bits.append("created " + time.strftime("%Y-%m-%d %H:%M:%S",
+                                               time.localtime(float(meta["created"]))))
+    bits.append(f"{len(run.jobs)} job{'' if len(run.jobs) == 1 else 's'}")
+    bits.append("read from results.h5" if meta.get("source") == "results" else
+                "read from the worker files")
+    return ", ".join(bits)
 
 
 def _notes(run: RunData) -> list[str]:
@@ -184,12 +202,13 @@ def format_table(table: Table, indent: str = "  ") -> list[str]:
 def counts_line(summary: Summary) -> str:
     total = sum(summary.counts.values())
     parts = ", ".join(f"{name} {n}" for name, n in summary.counts.items())
-    return f"{total} evaluations ({parts})"
+    return f"Evaluations: {total} ({parts})"
 
 
 def describe(summary: Summary) -> str:
     """The report as terminal text."""
-    lines = [f"Report of {summary.run_dir}: {counts_line(summary)}", *summary.notes]
+    lines = [f"Report of {summary.run_dir} ({summary.about})", counts_line(summary),
+             *summary.notes]
     if summary.reasons:
         lines.append("Most common failure reasons:")
         lines += [f"  {n:6d}  {_short(text)}" for text, n in summary.reasons]
