@@ -23,7 +23,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1250px; 
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f0f0f0; } td.text { text-align: left; }
+th { background: #f0f0f0; } .text { text-align: left; }
 figure { margin: 1em 0 2em; } img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { color: #555; font-size: 0.9em; } .note { color: #8a5a00; }
 """
@@ -53,13 +53,16 @@ def page(summary: Summary, plots: Sequence[Plot], skipped: Sequence[str],
         parts.append(f"<p>Exported beside this page: {names}.</p>\n")
     parts.append("<h2>Plots</h2>\n" if plots or skipped else "")
     parts += [figure(p) for p in plots]
-    parts += [f"<p class=\"note\">{escape(note)}</p>\n" for note in skipped]
+    parts += [f"<p class=\"note\">Skipped: {escape(note)}</p>\n" for note in skipped]
     parts.append("</body>\n</html>\n")
     return "".join(parts)
 
 
 def table(data: Table) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in data.columns)
+    """Numbers right-aligned, text left-aligned, each header over its column's alignment."""
+    first = data.rows[0] if data.rows else [0] * len(data.columns)
+    head = "".join(f"<th class=\"text\">{escape(c)}</th>" if isinstance(v, str) else
+                   f"<th>{escape(c)}</th>" for c, v in zip(data.columns, first, strict=True))
     rows = []
     for row in data.rows:
         cells = "".join(

@@ -17,8 +17,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm, Normalize, to_rgb
-from matplotlib.patches import Patch
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from atoll.individual import Status
@@ -127,7 +127,7 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
     ind = ind[np.argsort(ind["finished"], kind="stable")]
     good = usable(ind)
     if not good.any():
-        return f"{title}: skipped (no evaluation finished with a finite loss)"
+        return f"{title} (no evaluation finished with a finite loss)"
     count = np.arange(1, len(ind) + 1)
     t0 = _run_start(run)
     divisor, unit = _time_unit(float(ind["finished"][-1] - t0))
@@ -175,15 +175,15 @@ def _curve_metrics(names: list[str]) -> list[str]:
 
 
 def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
-    title = f"Per-epoch validation curves of the best {top}"
+    title = "Per-epoch validation curves of the best"
     names = metric_names(run.epochs)
     if not len(run.epochs) or not names:
-        return f"{title}: skipped (no epochs recorded: the objective reported none)"
+        return f"{title} (no epochs recorded: the objective reported none)"
     best = ranked(run)
     with_epochs = set(int(i) for i in run.epochs["individual"])
     chosen = [row for row in best if int(row["id"]) in with_epochs][:top]
     if not chosen:
-        return f"{title}: skipped (none of the ok individuals reported epochs)"
+        return f"{title} (none of the ok individuals reported epochs)"
     metrics = _curve_metrics(names)
     marks = best_epochs(run)
     fig = _figure(5.5 * len(metrics) + 1.0, 4.8)
@@ -208,7 +208,7 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
         ax.grid(True, alpha=0.3)
     axes[-1].legend(title="individual", fontsize="small", loc="center left",
                     bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"{title} (circle: best epoch)")
+    fig.suptitle(f"Per-epoch validation curves of the best {len(chosen)} (circle: best epoch)")
     return _save(fig, out / "epochs.png", title,
                  f"{', '.join(metrics)} at each epoch for the best individuals that reported "
                  "epochs; the open circle marks each one's best epoch.")
@@ -266,7 +266,7 @@ def _parameter_axis(ax: Any, param: Param) -> None:
         ax.set_xlabel(param.name)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(f"{param.name} (integer; points jittered)")
+        ax.set_xlabel(f"{param.name} (integer{'; points jittered' if _jittered(param) else ''})")
 
 
 def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
@@ -274,7 +274,7 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
     ind = run.individuals
     good = usable(ind)
     if not good.any():
-        return f"{title}: skipped (no evaluation finished with a finite loss)"
+        return f"{title} (no evaluation finished with a finite loss)"
     params = run.space.params
     cols = 2 if len(params) in (2, 4) else min(len(params), 3)
     rows = math.ceil(len(params) / cols)
@@ -333,7 +333,7 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     title = "Parallel coordinates of the best quarter"
     best = ranked(run)
     if len(best) < 2:
-        return f"{title}: skipped (fewer than 2 evaluations with a finite loss)"
+        return f"{title} (fewer than 2 evaluations with a finite loss)"
     shown = best[: max(math.ceil(len(best) / 4), min(len(best), 5))]
     params = run.space.params
     xs = np.arange(len(params) + 1)
@@ -422,7 +422,7 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     ind = run.individuals
     timed = ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
     if not len(timed):
-        return f"{title}: skipped (no evaluation has start and end times)"
+        return f"{title} (no evaluation has start and end times)"
     t0 = _run_start(run)
     stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
     end = max([float(timed["finished"].max()), *stops])

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -24,6 +24,9 @@ from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record.reader import RunData
 from atoll.record.schema import EPOCH_COLUMNS
+
+if TYPE_CHECKING:
+    from atoll.views.plots import Plot
 
 EXPORTED = ("individuals", "epochs")
 """The tables ``--csv`` and ``--json`` write, one file each."""
@@ -314,7 +317,8 @@ def write_report(run: RunData, out: Path, *, top: int, csv_files: bool, json_fil
             if json_files:
                 exports.append(out / f"{name}.json")
                 write_json(getattr(run, name), exports[-1])
-        figures, skipped = [], []
+        figures: list[Plot] = []
+        skipped: list[str] = []
         if plots:
             from atoll.views import plots as drawing
 
@@ -334,6 +338,9 @@ def run_report(run_dir: Path, out: Path | None, *, top: int, csv_files: bool, js
     """``atoll report``: check everything that can fail before writing, write, say what."""
     from atoll.record.reader import open_run
 
+    if not run_dir.exists():
+        raise RecordError(f"{run_dir}: no such file or directory; give the directory of an "
+                          "Atoll run (or its results.h5)")
     run = open_run(run_dir)
     if plots:
         check_plotting()
