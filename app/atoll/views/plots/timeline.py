@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.colors import to_rgb
@@ -26,6 +25,7 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     t0 = run_start(run)
     stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
     end = max([float(timed["finished"].max()), *stops])
+    windows = _job_windows(run, t0, end)
     divisor, unit = time_unit(end - t0)
     workers = np.unique(timed["worker"])
     fig = figure(12, min(1.8 + 0.42 * len(workers), 30))
@@ -45,9 +45,12 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
                     tone = _lighter(colour) if alternate else colour
                     ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=tone, edgecolors=tone,
                                    linewidth=0.4)
-        ax.text(1.01, row, _busy_text(mine, end - t0), transform=ax.get_yaxis_transform(),
+        ax.text(1.01, row, _busy_text(mine, windows), transform=ax.get_yaxis_transform(),
                 va="center", fontsize="small")
-    gaps = _job_gaps(ax, run, t0, divisor)
+    gaps = list(zip([stop for _, stop in windows[:-1]], [start for start, _ in windows[1:]],
+                    strict=True))
+    for stop, start in gaps:
+        ax.axvspan((stop - t0) / divisor, (start - t0) / divisor, color=GAP_COLOUR, zorder=0)
     present = {Status(int(s)) for s in np.unique(timed["status"])}
     handles = [Patch(color=colour, label=status.name.lower())
                for status, colour in STATUS_COLOURS.items() if status in present]
@@ -62,14 +65,18 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
                fontsize="small", frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title(f"{title}: one bar per evaluation; right: share of the run's wall time")
+    ax.set_title(f"{title}: one bar per evaluation; right: share of the time its jobs ran")
     return save(fig, out / "timeline.png", title,
                  "One bar per evaluation, coloured by how it ended; gaps are idle time "
-                 "(start-up, waiting, no job running). Right: each worker's busy, failed and "
-                 "idle share of the run's wall time.")
+                 "(start-up, waiting). Right: each worker's busy, failed and idle share of the "
+                 "wall time of the jobs it worked in (time between jobs does not count).")
 
 
-def _busy_text(mine: np.ndarray, span: float) -> str:
+def _busy_text(mine: np.ndarray, windows: list[tuple[float, float]]) -> str:
+    """Busy, failed and idle shares of the jobs the worker worked in."""
+    starts = mine["started"]
+    span = sum(stop - start for start, stop in windows
+               if np.any((starts >= start) & (starts <= stop)))
     if span <= 0:
         return ""
     busy = float((mine["finished"] - mine["started"]).sum())
@@ -85,18 +92,19 @@ def _lighter(colour: str) -> tuple[float, float, float]:
     return (red + (1 - red) * 0.35, green + (1 - green) * 0.35, blue + (1 - blue) * 0.35)
 
 
-def _job_gaps(ax: Any, run: RunData, t0: float, divisor: float) -> int:
-    """Shade the time between one job's end (or last record) and the next one's start."""
+def _job_windows(run: RunData, t0: float, end: float) -> list[tuple[float, float]]:
+    """When each job ran, in order: from its start to its stop, or for a job killed or still
+    running, to its last evaluation before the next job (or ``end``)."""
     jobs = run.jobs[np.argsort(run.jobs["start"], kind="stable")]
+    if not len(jobs):  # run.h5 is missing: one window over what was recorded
+        return [(t0, end)]
     finished = run.individuals["finished"]
-    shaded = 0
-    for before, after in zip(jobs[:-1], jobs[1:], strict=True):
-        stop = float(before["stop"])
-        if not math.isfinite(stop):  # killed: its last evaluation recorded before the next job
-            earlier = finished[np.isfinite(finished) & (finished < after["start"])]
-            stop = float(earlier.max()) if len(earlier) else float(before["start"])
-        if stop < after["start"]:
-            ax.axvspan((stop - t0) / divisor, (after["start"] - t0) / divisor,
-                       color=GAP_COLOUR, zorder=0)
-            shaded += 1
-    return shaded
+    windows = []
+    for index, job in enumerate(jobs):
+        start, stop = float(job["start"]), float(job["stop"])
+        if not math.isfinite(stop):
+            limit = float(jobs["start"][index + 1]) if index + 1 < len(jobs) else math.inf
+            mine = finished[np.isfinite(finished) & (finished >= start) & (finished < limit)]
+            stop = float(mine.max()) if len(mine) else start
+        windows.append((start, max(stop, start)))
+    return windows
