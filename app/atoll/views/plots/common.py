@@ -90,3 +90,11 @@ def run_start(run: RunData) -> float:
 
 def island_colour(island: int) -> str:
     return f"C{island % 10}"
+
+
+def dots(count: int) -> dict[str, float]:
+    """Marker size and opacity for a scatter of ``count`` points: smaller and fainter when many,
+    so that thousands of evaluations show their density instead of a solid block."""
+    if count <= 1000:
+        return {"s": 16.0, "alpha": 0.5}
+    return {"s": 5.0, "alpha": 0.2} if count <= 20_000 else {"s": 2.0, "alpha": 0.1}

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.ticker import MaxNLocator
@@ -18,6 +20,7 @@ from atoll.views.plots.common import (
     LOSS_LABEL,
     STATUS_COLOURS,
     Plot,
+    dots,
     figure,
     log_axis,
     loss_axis,
@@ -93,7 +96,7 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
     for ax, param in zip(axes, params, strict=False):
         x = _positions(param, ind[param.name], rng)
         scatter = ax.scatter(x[good], ind["loss"][good], c=order[good], cmap="viridis",
-                             norm=norm, s=14, alpha=0.75, linewidths=0)
+                             norm=norm, linewidths=0, **dots(len(ind)))
         ax.scatter([x[best]], [ind["loss"][best]], marker="*", s=160, color="gold",
                    edgecolors="black", linewidths=0.8, zorder=3, label="best")
         if failed.any():
@@ -162,9 +165,14 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     ys = np.column_stack([*columns, scaled])
     norm = LogNorm(lo, hi) if log and hi > lo else Normalize(lo, hi if hi > lo else lo + 1)
     order = np.argsort(-losses, kind="stable")  # the best drawn last, on top
-    lines = LineCollection([np.column_stack([xs, ys[i]]) for i in order], cmap="viridis",
-                           norm=norm, linewidths=1.3, alpha=0.8)
-    lines.set_array(losses[order])
+    colours = colormaps["viridis"](norm(losses[order]))
+    many = len(shown) > 200
+    if many:  # thin and faint, but the best 50 stay strong on top
+        colours[:, 3] = np.where(np.arange(len(order)) >= len(order) - 50, 0.9, 0.2)
+    else:
+        colours[:, 3] = 0.8
+    lines = LineCollection([np.column_stack([xs, ys[i]]) for i in order], colors=colours,
+                           linewidths=0.5 if many else 1.3)
     ax.add_collection(lines)
     _loss_ticks(ax, xs[-1], lo, hi, log)
     ax.vlines(xs, 0, 1, color="black", linewidth=0.8)
@@ -174,7 +182,8 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     ax.set_yticks([])
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
-    fig.colorbar(lines, ax=ax, label=LOSS_LABEL, shrink=0.8, aspect=25)
+    fig.colorbar(ScalarMappable(norm, "viridis"), ax=ax, label=LOSS_LABEL, shrink=0.8,
+                 aspect=25)
     fig.suptitle(f"Parallel coordinates: the best {len(shown)} of {len(best)} ok evaluations")
     return save(fig, out / "parallel.png", title,
                  "The best quarter of the ok evaluations (at least 5): each line is one "

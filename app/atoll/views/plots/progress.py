@@ -10,6 +10,7 @@ from matplotlib.ticker import MaxNLocator
 from atoll.record.reader import RunData
 from atoll.views.plots.common import (
     Plot,
+    dots,
     figure,
     island_colour,
     loss_axis,
@@ -44,7 +45,7 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
         for island in np.unique(ind["island"]):
             on = (ind["island"] == island) & good
             colour = island_colour(int(island))
-            ax.scatter(x[on], ind["loss"][on], s=16, color=colour, alpha=0.45, linewidths=0,
+            ax.scatter(x[on], ind["loss"][on], color=colour, linewidths=0, **dots(len(ind)),
                        zorder=2)
             best = np.minimum.accumulate(ind["loss"][on])
             ax.step(np.append(x[on], x[-1]), np.append(best, best[-1]), where="post",
