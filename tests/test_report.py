@@ -256,7 +256,8 @@ def test_report_of_a_running_then_killed_search(tmp_path):
         png_size(tmp_path / "running" / name)
     killed = report(str(run_dir), "--out", str(tmp_path / "killed"), "--csv")
     assert killed.returncode == 0, killed.stderr[-2000:]
-    rows = list(csv.reader(open(tmp_path / "killed" / "individuals.csv", encoding="utf-8")))
+    text = (tmp_path / "killed" / "individuals.csv").read_text(encoding="utf-8")
+    rows = list(csv.reader(text.splitlines(keepends=True)))
     assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 800
 
 
