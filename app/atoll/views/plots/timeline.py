@@ -1,0 +1,110 @@
+"""Where the time went: one bar per evaluation on each worker, idle and failed time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.colors import to_rgb
+from matplotlib.patches import Patch
+
+from atoll.individual import Status
+from atoll.record.reader import RunData
+from atoll.views.plots.common import STATUS_COLOURS, Plot, figure, run_start, save, time_unit
+
+GAP_COLOUR = "0.88"
+
+
+def timeline(run: RunData, out: Path, top: int) -> Plot | str:
+    title = "Per-worker timeline"
+    ind = run.individuals
+    timed = ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+    if not len(timed):
+        return f"{title} (no evaluation has start and end times)"
+    t0 = run_start(run)
+    stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
+    end = max([float(timed["finished"].max()), *stops])
+    windows = _job_windows(run, t0, end)
+    divisor, unit = time_unit(end - t0)
+    workers = np.unique(timed["worker"])
+    fig = figure(12, min(1.8 + 0.42 * len(workers), 30))
+    ax = fig.subplots()
+    for row, worker in enumerate(workers):
+        mine = timed[timed["worker"] == worker]
+        mine = mine[np.argsort(mine["started"], kind="stable")]
+        # Back-to-back evaluations of one status alternate two shades, so each bar shows.
+        shade = np.arange(len(mine)) % 2 == 1
+        for status, colour in STATUS_COLOURS.items():
+            for alternate in (False, True):
+                these = mine[(mine["status"] == int(status)) & (shade == alternate)]
+                if len(these):
+                    spans = list(zip((these["started"] - t0) / divisor,
+                                     (these["finished"] - these["started"]) / divisor,
+                                     strict=True))
+                    tone = _lighter(colour) if alternate else colour
+                    ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=tone, edgecolors=tone,
+                                   linewidth=0.4)
+        ax.text(1.01, row, _busy_text(mine, windows), transform=ax.get_yaxis_transform(),
+                va="center", fontsize="small")
+    gaps = list(zip([stop for _, stop in windows[:-1]], [start for start, _ in windows[1:]],
+                    strict=True))
+    for stop, start in gaps:
+        ax.axvspan((stop - t0) / divisor, (start - t0) / divisor, color=GAP_COLOUR, zorder=0)
+    present = {Status(int(s)) for s in np.unique(timed["status"])}
+    handles = [Patch(color=colour, label=status.name.lower())
+               for status, colour in STATUS_COLOURS.items() if status in present]
+    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5,
+                         label="idle (gap)"))
+    if gaps:
+        handles.append(Patch(color=GAP_COLOUR, label="no job running"))
+    ax.set_yticks(range(len(workers)), [f"worker {int(w)}" for w in workers])
+    ax.set_ylim(len(workers) - 0.5, -0.5)
+    ax.set_xlim(0, (end - t0) / divisor)
+    ax.set_xlabel(f"wall time since the run began ({unit})")
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+               fontsize="small", frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"{title}: one bar per evaluation; right: share of the time its jobs ran")
+    return save(fig, out / "timeline.png", title,
+                 "One bar per evaluation, coloured by how it ended; gaps are idle time "
+                 "(start-up, waiting). Right: each worker's busy, failed and idle share of the "
+                 "wall time of the jobs it worked in (time between jobs does not count).")
+
+
+def _busy_text(mine: np.ndarray, windows: list[tuple[float, float]]) -> str:
+    """Busy, failed and idle shares of the jobs the worker worked in."""
+    starts = mine["started"]
+    span = sum(stop - start for start, stop in windows
+               if np.any((starts >= start) & (starts <= stop)))
+    if span <= 0:
+        return ""
+    busy = float((mine["finished"] - mine["started"]).sum())
+    failed = mine[mine["status"] == int(Status.FAILED)]
+    lost = float((failed["finished"] - failed["started"]).sum())
+    failed_text = f" (failed {100 * lost / span:.0f}%)" if len(failed) else ""
+    idle = 100 * max(span - busy, 0) / span
+    return f"busy {100 * busy / span:.0f}%{failed_text}, idle {idle:.0f}%"
+
+
+def _lighter(colour: str) -> tuple[float, float, float]:
+    red, green, blue = to_rgb(colour)
+    return (red + (1 - red) * 0.35, green + (1 - green) * 0.35, blue + (1 - blue) * 0.35)
+
+
+def _job_windows(run: RunData, t0: float, end: float) -> list[tuple[float, float]]:
+    """When each job ran, in order: from its start to its stop, or for a job killed or still
+    running, to its last evaluation before the next job (or ``end``)."""
+    jobs = run.jobs[np.argsort(run.jobs["start"], kind="stable")]
+    if not len(jobs):  # run.h5 is missing: one window over what was recorded
+        return [(t0, end)]
+    finished = run.individuals["finished"]
+    windows = []
+    for index, job in enumerate(jobs):
+        start, stop = float(job["start"]), float(job["stop"])
+        if not math.isfinite(stop):
+            limit = float(jobs["start"][index + 1]) if index + 1 < len(jobs) else math.inf
+            mine = finished[np.isfinite(finished) & (finished >= start) & (finished < limit)]
+            stop = float(mine.max()) if len(mine) else start
+        windows.append((start, max(stop, start)))
+    return windows

@@ -1,0 +1,349 @@
+"""``atoll report`` on real recorded runs: real mpirun searches, real subprocesses, real files."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import math
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+from atoll.errors import RecordError
+from atoll.record import open_run
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
+
+# The worktree's package first: the venv's editable install may point at another checkout.
+ENV = mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "app"), str(ROOT / "tests"), str(ROOT)]))
+CONFIG = "tests/configs/report.toml"
+PLOTS = ("best_loss.png", "epochs.png", "parameters.png", "parallel.png", "timeline.png")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def report(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run(atoll_cmd("report", *args), timeout=120, env=env or ENV)
+
+
+def search(run_dir: Path, *settings: str, ranks: int = 2) -> None:
+    args = ["-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir)]
+    for item in settings:
+        args += ["--set", item]
+    done = run(mpirun_cmd(ranks, *args), env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[Path, subprocess.CompletedProcess[str], set[str]]:
+    """A real 2-rank search (48 evaluations, some failing, 3 epochs each), reported once with
+    every export; the modules that report imported, from ``python -X importtime``."""
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    search(run_dir)
+    done = run([sys.executable, "-X", "importtime", "-m", "atoll", "report", str(run_dir),
+                "--csv", "--json", "--top", "5"], timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules = {line.split("|")[-1].strip().split(".")[0]
+               for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return run_dir, done, modules
+
+
+def h5_table(run_dir: Path, name: str) -> np.ndarray:
+    """A table of results.h5 read with nothing but h5py (its committed rows)."""
+    with h5py.File(run_dir / "results.h5", "r") as f:
+        table = f[name]
+        return table[: int(table.attrs["rows"])]
+
+
+def expected(table: np.ndarray, column: str, value: Any) -> Any:
+    """What an export should hold for one HDF5 cell: enum names, text, Python numbers."""
+    enum = h5py.check_enum_dtype(table.dtype[column])
+    if enum:
+        return {code: name for name, code in enum.items()}[int(value)]
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def same(exported: Any, wanted: Any) -> bool:
+    if isinstance(wanted, float):
+        if math.isnan(wanted):
+            return exported is None or (isinstance(exported, float) and math.isnan(exported))
+        return float(exported) == wanted
+    return exported == wanted
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def digest(path: Path) -> dict[str, str]:
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+# -- the report of a finished run --------------------------------------------------------------
+def test_report_prints_counts_failure_reasons_and_the_best(finished):
+    run_dir, done, _ = finished
+    ind = h5_table(run_dir, "individuals")
+    status = ind["status"]
+    failed = int(np.count_nonzero(status == 1))
+    ok = int(np.count_nonzero(status == 0))
+    assert 0 < failed < len(ind) == 48
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"Report of {run_dir} (record schema 1")
+    assert lines[1] == f"Evaluations: 48 (ok {ok}, failed {failed}, pruned 0, interrupted 0)"
+    assert f"  {failed:6d}  ValueError: report_demo failed on purpose" in lines
+    head = lines.index(f"Best 5 of {ok} ok:") + 1
+    assert lines[head].split() == ["id", "loss", "val_accuracy", "best", "epoch", "epochs",
+                                   "duration", "(s)", "island", "lr", "layers", "act"]
+    best = np.argsort(np.where(status == 0, ind["loss"], np.inf), kind="stable")[:5]
+    rows = [line.split() for line in lines[head + 1: head + 6]]
+    assert [int(r[0]) for r in rows] == [int(i) for i in ind["id"][best]]
+    epochs = h5_table(run_dir, "epochs")
+    for row in rows:  # the best epoch is the one of lowest val_loss; its accuracy is shown
+        mine = epochs[epochs["individual"] == int(row[0])]
+        top = mine[np.argmin(mine["val_loss"])]
+        assert float(row[2]) == pytest.approx(float(top["val_accuracy"]), rel=1e-3)
+        assert (int(row[3]), int(row[4])) == (int(top["epoch"]), len(mine))
+    assert lines[-1].startswith(f"Wrote {run_dir / 'report'}/: report.html, individuals.csv")
+
+
+def test_every_plot_is_a_png_of_sensible_size(finished):
+    out = finished[0] / "report"
+    for name in PLOTS:
+        width, height = png_size(out / name)
+        assert 600 <= width <= 2500 and 250 <= height <= 2500, (name, width, height)
+        assert (out / name).stat().st_size > 10_000, name  # drawn, not an empty canvas
+    assert "Skipped" not in finished[1].stdout
+
+
+@pytest.mark.parametrize("name", ["individuals", "epochs"])
+def test_csv_matches_the_hdf5_table_row_for_row(finished, name):
+    table = h5_table(finished[0], name)
+    with open(finished[0] / "report" / f"{name}.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == list(table.dtype.names)
+    assert len(rows) - 1 == len(table) > 0
+    for record, line in zip(table, rows[1:], strict=True):
+        for column, text in zip(table.dtype.names, line, strict=True):
+            wanted = expected(table, column, record[column])
+            got = text if isinstance(wanted, str) else \
+                (float(text) if isinstance(wanted, float) else int(text))
+            assert same(got, wanted), (name, column, text, wanted)
+    if name == "individuals":  # enums as names, errors with their text
+        assert {r[rows[0].index("status")] for r in rows[1:]} == {"ok", "failed"}
+
+
+@pytest.mark.parametrize("name", ["individuals", "epochs"])
+def test_json_is_a_list_of_records_matching_the_hdf5_table(finished, name):
+    table = h5_table(finished[0], name)
+    records = json.loads((finished[0] / "report" / f"{name}.json").read_text())
+    assert isinstance(records, list) and len(records) == len(table) > 0
+    for record, exported in zip(table, records, strict=True):
+        assert list(exported) == list(table.dtype.names)
+        for column in table.dtype.names:
+            assert same(exported[column], expected(table, column, record[column])), column
+
+
+class PageParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.tags: list[str] = []
+        self.links: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for key, value in attrs:
+            if key == "src" and tag == "img":
+                self.images.append(value or "")
+            elif key in ("src", "href"):
+                self.links.append(value or "")
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_html_page_parses_and_embeds_every_plot(finished):
+    run_dir = finished[0]
+    out = run_dir / "report"
+    parser = PageParser()
+    parser.feed((out / "report.html").read_text(encoding="utf-8"))
+    parser.close()
+    assert parser.links == [] and "script" not in parser.tags and "link" not in parser.tags
+    prefix = "data:image/png;base64,"
+    assert len(parser.images) == len(PLOTS)
+    assert all(src.startswith(prefix) for src in parser.images)
+    embedded = {base64.b64decode(src[len(prefix):]) for src in parser.images}
+    assert embedded == {(out / name).read_bytes() for name in PLOTS}
+    text = " ".join(parser.text)
+    assert "ValueError: report_demo failed on purpose" in text
+    assert parser.tags.count("table") == 3  # statuses, failure reasons, the best
+    ind = h5_table(run_dir, "individuals")
+    best = int(ind["id"][np.argmin(np.where(ind["status"] == 0, ind["loss"], np.inf))])
+    page = (out / "report.html").read_text(encoding="utf-8")
+    top = page.index("<h2>Best 5 of ")
+    assert page.index(f"<tr><td>{best}</td>", top) < page.index("</table>", top)
+
+
+def test_html_page_renders_in_headless_chromium(finished, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed: the page was only parsed, not rendered")
+    from matplotlib.image import imread
+
+    shot = tmp_path / "page.png"
+    done = run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                "--window-size=1200,3000",
+                (finished[0] / "report" / "report.html").resolve().as_uri()], timeout=120)
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    assert png_size(shot) == (1200, 3000)
+    pixels = imread(shot)[..., :3]
+    saturation = pixels.max(axis=2) - pixels.min(axis=2)
+    # Text and tables are grey; the plots' colours show only if the embedded images decoded.
+    assert np.count_nonzero(saturation > 0.3) > 5_000  # about 26,000 here; 150 if broken
+
+
+def test_report_imports_neither_torch_nor_mpi4py(finished):
+    modules = finished[2]
+    assert "matplotlib" in modules and "h5py" in modules
+    assert not modules & {"torch", "mpi4py"}, modules
+
+
+# -- running and killed runs -------------------------------------------------------------------
+def test_report_of_a_running_then_killed_search(tmp_path):
+    run_dir = tmp_path / "live"
+    args = ["-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir),
+            "--set", "search.generations=400", "--set", "objective.options.sleep=0.02",
+            "--set", "record.flush_interval=0.1"]
+    proc = subprocess.Popen(mpirun_cmd(2, *args), cwd=ROOT, env=ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        seen = 0
+        while time.monotonic() < deadline and seen < 8:
+            time.sleep(0.2)
+            try:
+                seen = len(open_run(run_dir).individuals)
+            except RecordError:
+                pass  # the files are being created
+        assert seen >= 8, "the search recorded nothing within 60 s"
+        done = report(str(run_dir), "--out", str(tmp_path / "running"))
+        assert proc.poll() is None, "the search ended before the report ran"
+    finally:
+        kill_tree(proc)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "worker files not closed: a job is running or was killed" in done.stdout
+    assert not (run_dir / "results.h5").exists()
+    for name in PLOTS:
+        png_size(tmp_path / "running" / name)
+    killed = report(str(run_dir), "--out", str(tmp_path / "killed"), "--csv")
+    assert killed.returncode == 0, killed.stderr[-2000:]
+    text = (tmp_path / "killed" / "individuals.csv").read_text(encoding="utf-8")
+    rows = list(csv.reader(text.splitlines(keepends=True)))
+    assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 800
+
+
+# -- bad input and missing matplotlib ----------------------------------------------------------
+def bad_inputs(finished_dir: Path, tmp_path: Path) -> list[tuple[list[str], Path, str]]:
+    """(arguments, what must stay untouched, words of the error) for each kind of bad input."""
+    cases: list[tuple[list[str], Path, str]] = [
+        ([str(tmp_path / "nowhere")], tmp_path / "nowhere", "no such file or directory")]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    cases.append(([str(foreign)], foreign, "not an Atoll run"))
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    data = (finished_dir / "results.h5").read_bytes()
+    (damaged / "results.h5").write_bytes(data[: len(data) // 3])
+    cases.append(([str(damaged)], damaged, "damaged"))
+    worker = tmp_path / "worker"
+    shutil.copytree(finished_dir, worker, ignore=shutil.ignore_patterns("report"))
+    next(iter(sorted((worker / "workers").glob("*.h5")))).write_bytes(b"not hdf5 at all")
+    cases.append(([str(worker)], worker, "job000-worker00000.h5"))
+    good = tmp_path / "good"
+    shutil.copytree(finished_dir, good, ignore=shutil.ignore_patterns("report"))
+    taken = tmp_path / "taken.txt"
+    taken.write_text("a file, not a directory")
+    cases.append(([str(good), "--out", str(taken)], taken, "is a file, not a directory"))
+    cases.append(([str(good), "--top", "0"], good, "Invalid value for '--top'"))
+    return cases
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(finished, tmp_path):
+    for args, untouched, words in bad_inputs(finished[0], tmp_path):
+        before = digest(untouched) if untouched.exists() else None
+        done = report(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith("atoll: error: ") and words in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+        assert done.stdout == ""
+        assert (digest(untouched) if untouched.exists() else None) == before, args
+        assert not (untouched / "report").exists()
+
+
+def without_matplotlib(*args: str) -> subprocess.CompletedProcess[str]:
+    """``atoll report`` in a Python where importing matplotlib fails, as where it is absent."""
+    code = ("import sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = ['atoll', 'report', *{list(args)!r}]; "
+            "from atoll.cli import main; main()")
+    return run([sys.executable, "-c", code], timeout=120, env=ENV)
+
+
+def test_without_matplotlib_plots_are_refused_and_no_plots_still_reports(finished, tmp_path):
+    out = tmp_path / "out"
+    done = without_matplotlib(str(finished[0]), "--out", str(out))
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines() == [
+        "atoll: error: the plots need matplotlib, which is not installed: pip install "
+        "'atoll[report]' (or pip install matplotlib), or pass --no-plots for the tables, CSV "
+        "and JSON alone"]
+    done = without_matplotlib(str(finished[0]), "--out", str(out), "--no-plots", "--csv")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["epochs.csv", "individuals.csv",
+                                                     "report.html"]
+    parser = PageParser()
+    parser.feed((out / "report.html").read_text(encoding="utf-8"))
+    assert parser.images == [] and parser.tags.count("table") == 3
+
+
+# -- the commands README.md and --help show ----------------------------------------------------
+def shown_commands() -> list[str]:
+    """Every ``atoll report`` line of README.md and of ``atoll report --help``."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    helped = report("--help").stdout.splitlines()
+    return sorted({line.split("#")[0].strip() for line in readme + helped
+                   if line.strip().startswith("atoll report ")})
+
+
+def test_readme_and_help_commands_run_as_written(tmp_path):
+    commands = shown_commands()
+    assert commands, "README.md shows no atoll report command"
+    runs = tmp_path / "runs"
+    done = run(mpirun_cmd(2, "-m", "atoll", "search", "--config", "examples/sphere.toml",
+                          "--run-dir", str(runs / "sphere"), "--set", "search.generations=20"),
+               env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for command in commands:
+        words = shlex.split(command)
+        done = run(atoll_cmd(*words[1:]), cwd=tmp_path, timeout=120, env=ENV)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        assert (runs / "sphere" / "report" / "report.html").is_file()
