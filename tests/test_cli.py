@@ -31,12 +31,14 @@ def test_version_and_help():
 USAGE_ERRORS = [
     (["search", "--config", "examples/sphere.toml"],
      "atoll: error: Missing option '--run-dir'; see 'atoll search --help'"),
-    (["search", "--bogus"], "atoll: error: No such option '--bogus'; see 'atoll search --help'"),
+    (["search", "--bogus"], "atoll: error: No such option '--bogus'. Did you mean '--verbose'? "
+                            "See 'atoll search --help'"),
+    (["inspect", "x", "--zzz"], "atoll: error: No such option '--zzz'; see 'atoll inspect --help'"),
     (["serch"], "atoll: error: No such command 'serch'. Did you mean 'search'? See "
                 "'atoll --help'"),
     (["inspect"], "atoll: error: Missing argument 'RUN_DIR'; see 'atoll inspect --help'"),
     (["search", "--run-dir", "r", "--top", "x"],
-     "atoll: error: Invalid value for '--top': 'x' is not a valid integer; "
+     "atoll: error: Invalid value for '--top': 'x' is not a valid integer range; "
      "see 'atoll search --help'"),
 ]
 

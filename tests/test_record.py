@@ -44,7 +44,8 @@ from atoll.record.schema import (
     migration_dtype,
 )
 from atoll.space import Space
-from atoll.views.inspect import best_epoch_values, describe, main_metric
+from atoll.views.facts import best_epoch_values, main_metric
+from atoll.views.inspect import describe
 
 APP = str(Path(__file__).resolve().parents[1] / "app")
 SPACE = {
@@ -208,13 +209,18 @@ def test_the_main_metric_is_read_at_the_epoch_the_loss_came_from() -> None:
                        (2, 0, 0.0, 0.7, 0.60)],
                       dtype=[("individual", "i8"), ("epoch", "i8"), ("time", "f8"),
                              ("val_loss", "f8"), ("val_accuracy", "f8")])
-    run = RunData(individuals=np.empty(0), epochs=epochs, migrations=np.empty(0),
-                  jobs=np.empty(0), space=Space.from_dict(SPACE), config_table={}, metadata={})
-    ids, losses = np.array([1, 2, 3]), np.array([0.4, 0.123, 0.5])
-    values = best_epoch_values(run, ids, losses, "val_accuracy")
-    # 1: the epoch whose val_loss is the returned loss; 2: no such epoch, the last one;
-    # 3: no epochs at all
-    assert values[:2] == [0.80, 0.60] and math.isnan(values[2])
+    run = RunData(individuals=np.empty(0, dtype=[("id", "i8"), ("loss", "f8")]), epochs=epochs,
+                  migrations=np.empty(0), jobs=np.empty(0), space=Space.from_dict(SPACE),
+                  config_table={}, metadata={})
+    individuals = np.array([(1, 0.4), (2, 0.123), (3, 0.5), (4, 0.3)],
+                           dtype=[("id", "i8"), ("loss", "f8")])
+    epochs4 = np.array([(4, 0, 0.0, 0.9, 0.5), (4, 1, 0.0, 0.35, 0.7), (4, 2, 0.0, 0.5, 0.9)],
+                       dtype=epochs.dtype)
+    run = replace(run, individuals=individuals, epochs=np.concatenate([epochs, epochs4]))
+    values = best_epoch_values(run, [1, 2, 3, 4], "val_accuracy")
+    # 1: the epoch whose val_loss is the returned loss; 2: none, its only (lowest val_loss)
+    # epoch; 3: no epochs at all; 4: none equal, its lowest val_loss (epoch 1, not the last)
+    assert values[:2] == [0.80, 0.60] and math.isnan(values[2]) and values[3] == 0.7
     assert main_metric(run) == "val_accuracy"
     assert main_metric(replace(run, metadata={"main_metric": "val_loss"})) == "val_loss"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -15,9 +14,7 @@ import numpy as np
 from atoll.individual import Status
 from atoll.record.reader import RunData
 from atoll.record.schema import MODE_NAMES
-
-PREFERRED_METRICS = ("val_accuracy", "accuracy", "val_acc", "acc")
-"""Shown beside the loss when the run names no main metric and one of these was reported."""
+from atoll.views.facts import best_epoch_values, failure_reasons, main_metric, ranked
 
 
 def describe(run: RunData, top: int = 10, metric: str | None = None) -> str:
@@ -28,40 +25,6 @@ def describe(run: RunData, top: int = 10, metric: str | None = None) -> str:
     lines += _failures(run)
     lines += _best(run, top, main_metric(run) if metric is None else metric)
     return "\n".join(lines)
-
-
-def main_metric(run: RunData) -> str:
-    """The objective's choice recorded with the run, else a common accuracy name it reported."""
-    named = str(run.metadata.get("main_metric") or "")
-    if named:
-        return named
-    reported = run.epochs.dtype.names or ()
-    return next((name for name in PREFERRED_METRICS if name in reported), "")
-
-
-def best_epoch_values(run: RunData, ids: np.ndarray, losses: np.ndarray, metric: str
-                      ) -> list[float]:
-    """Each individual's ``metric`` at its best epoch: the epoch the returned loss came from
-    (one of its reported metrics equals the loss), else its last reported epoch; NaN when it
-    reported no such metric."""
-    epochs = run.epochs
-    names = [n for n in epochs.dtype.names or () if n not in ("individual", "epoch", "time")]
-    if metric not in names:
-        return [math.nan] * len(ids)
-    values = []
-    for ind_id, loss in zip(ids.tolist(), losses.tolist(), strict=True):
-        rows = epochs[epochs["individual"] == ind_id]
-        if not len(rows):
-            values.append(math.nan)
-            continue
-        rows = rows[np.argsort(rows["epoch"], kind="stable")]
-        match = np.zeros(len(rows), dtype=bool)
-        for name in names:
-            if rows.dtype[name].kind == "f":
-                match |= np.isclose(rows[name], loss, rtol=1e-12, atol=0.0)
-        at = int(np.flatnonzero(match)[0]) if match.any() else len(rows) - 1
-        values.append(float(rows[metric][at]))
-    return values
 
 
 def _header(run: RunData) -> str:
@@ -112,35 +75,24 @@ def _counts(run: RunData) -> list[str]:
             f"Epochs: {len(run.epochs)}; migrations: {moved}; pollinations: {pollinated}"]
 
 
-def failure_reasons(run: RunData, most: int = 3) -> list[tuple[str, int]]:
-    """The commonest errors of failed individuals, most frequent first: each by its last line
-    (``Type: message``; a traceback ends with it)."""
-    ind = run.individuals
-    errors = ind["error"][ind["status"] == Status.FAILED]
-    reasons = Counter(([line for line in _cell(e).splitlines() if line.strip()] or
-                       ["(no message)"])[-1] for e in errors)
-    return reasons.most_common(most)
-
-
 def _failures(run: RunData) -> list[str]:
-    reasons = failure_reasons(run)
+    reasons = failure_reasons(run.individuals, most=3)
     if not reasons:
         return []
     return ["Commonest failures:"] + [f"  {count} x {reason[:160]}" for reason, count in reasons]
 
 
 def _best(run: RunData, top: int, metric: str) -> list[str]:
-    ind = run.individuals
-    ok = ind[(ind["status"] == Status.OK) & np.isfinite(ind["loss"])]
+    ok = ranked(run)
     if not len(ok):
         return ["Best: none yet (no individual finished with a finite loss)"]
     if top <= 0:
         return []
-    best = ok[np.argsort(ok["loss"], kind="stable")[:top]]
+    best = ok[:top]
     names = ["id", "loss", "island", "worker", *run.space.names]
     rows = [[_cell(row[n]) for n in names] for row in best]
     if metric:
-        values = best_epoch_values(run, best["id"], best["loss"], metric)
+        values = best_epoch_values(run, best["id"].tolist(), metric)
         names.insert(2, metric)
         for row, value in zip(rows, values, strict=True):
             row.insert(2, _cell(value))

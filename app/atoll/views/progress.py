@@ -24,7 +24,8 @@ import numpy as np
 from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record import RunPaths, open_run
-from atoll.views.inspect import best_epoch_values, duration, main_metric
+from atoll.views.facts import best_epoch_values, main_metric
+from atoll.views.inspect import duration
 
 LIVE_REFRESH = 1.0  # seconds between redraws of the live view on a terminal
 
@@ -71,8 +72,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
     best: dict[str, Any] = {}
     if len(ok):
         row = ok[int(np.argmin(ok["loss"]))]
-        value = best_epoch_values(run, row["id"][None], row["loss"][None], metric)[0] \
-            if metric else math.nan
+        value = best_epoch_values(run, [int(row["id"])], metric)[0] if metric else math.nan
         best = {"id": int(row["id"]), "loss": float(row["loss"]), "value": value,
                 "params": {name: _plain(row[name]) for name in run.space.names}}
     new_rows = []

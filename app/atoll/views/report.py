@@ -12,7 +12,6 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,17 +22,19 @@ import numpy as np
 from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record.reader import RunData
-from atoll.record.schema import EPOCH_COLUMNS
+from atoll.views.facts import (
+    best_epochs,
+    failure_reasons,
+    ranked,
+    shown_metrics,
+    usable,
+)
 
 if TYPE_CHECKING:
     from atoll.views.plots import Plot
 
 EXPORTED = ("individuals", "epochs")
 """The tables ``--csv`` and ``--json`` write, one file each."""
-
-LOSS_METRIC = "val_loss"
-"""The epoch metric whose lowest value marks an individual's best epoch, where reported."""
-
 
 @dataclass(frozen=True)
 class Table:
@@ -94,77 +95,15 @@ def _notes(run: RunData) -> list[str]:
 
 
 # -- counts and failures ---------------------------------------------------------------------
-def usable(ind: np.ndarray) -> np.ndarray:
-    """Mask of the individuals that count as results: status ok with a finite loss."""
-    return (ind["status"] == int(Status.OK)) & np.isfinite(ind["loss"])
-
-
 def status_counts(ind: np.ndarray) -> dict[str, int]:
     return {s.name.lower(): int(np.count_nonzero(ind["status"] == int(s))) for s in Status}
 
 
-def reason(error: str) -> str:
-    """The "Type: message" an error starts with: its first line, and for a multi-rank worker
-    ("rank 1: RuntimeError: ...; rank 0: ...") the first rank's error without the rank."""
-    first = (error.strip().splitlines() or [""])[0].split("; rank ")[0]
-    if first.startswith("rank ") and ": " in first:
-        first = first.split(": ", 1)[1]
-    return first.strip() or "(no error text)"
-
-
-def failure_reasons(ind: np.ndarray, most: int = 5) -> list[tuple[str, int]]:
-    """The ``most`` commonest reasons of failed evaluations, commonest first."""
-    failed = ind["error"][ind["status"] == int(Status.FAILED)]
-    return Counter(reason(str(e)) for e in failed).most_common(most)
-
-
 # -- the best individuals --------------------------------------------------------------------
-def metric_names(epochs: np.ndarray) -> list[str]:
-    return list((epochs.dtype.names or ())[len(EPOCH_COLUMNS):])
-
-
-def shown_metrics(names: Iterable[str]) -> list[str]:
-    """The metrics a table shows: accuracies where reported (validation ones first), else up to
-    three of whatever the objective reported."""
-    names = list(names)
-    accuracies = [n for n in names if "acc" in n.lower()]
-    if accuracies:
-        validation = [n for n in accuracies if n.lower().startswith("val")]
-        return validation or accuracies
-    return names[:3]
-
-
-def best_epochs(run: RunData) -> dict[int, np.void]:
-    """Individual id -> its best epoch's row: the lowest ``val_loss`` where reported, else the
-    last epoch reported."""
-    epochs = run.epochs
-    if not len(epochs):
-        return {}
-    has_loss = LOSS_METRIC in metric_names(epochs)
-    best: dict[int, np.void] = {}
-    order = np.argsort(epochs["individual"], kind="stable")
-    ids, starts = np.unique(epochs["individual"][order], return_index=True)
-    for ident, rows in zip(ids, np.split(order, starts[1:]), strict=True):
-        chosen = rows[-1]
-        if has_loss:
-            values = epochs[LOSS_METRIC][rows]
-            if np.isfinite(values).any():
-                chosen = rows[int(np.nanargmin(values))]
-        best[int(ident)] = epochs[chosen]
-    return best
-
-
-def ranked(run: RunData, top: int | None = None) -> np.ndarray:
-    """The usable individuals, best (lowest loss) first; the first ``top`` if given."""
-    ind = run.individuals[usable(run.individuals)]
-    order = np.argsort(ind["loss"], kind="stable")
-    return ind[order if top is None else order[:top]]
-
-
 def top_table(run: RunData, top: int) -> Table:
     """The best ``top`` individuals: loss, best epoch's metrics, epochs run, duration, island,
     parameters."""
-    metrics = shown_metrics(metric_names(run.epochs))
+    metrics = shown_metrics(run)
     best = best_epochs(run)
     counts = Counter(int(i) for i in run.epochs["individual"])
     columns = ["id", "loss", *metrics]

@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 from atoll.individual import Status
 from atoll.record.reader import RunData
 from atoll.space import CategoricalParam, FloatParam, Param
+from atoll.views.facts import ranked, usable
 from atoll.views.plots.common import (
     LOSS_LABEL,
     STATUS_COLOURS,
@@ -27,7 +28,6 @@ from atoll.views.plots.common import (
     save,
     spans_decades,
 )
-from atoll.views.report import ranked, usable
 
 
 def _is_log(param: Param) -> bool:

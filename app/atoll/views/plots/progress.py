@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from atoll.record.reader import RunData
+from atoll.views.facts import LOSS_METRIC, best_epochs, metric_names, ranked, usable
 from atoll.views.plots.common import (
     Plot,
     dots,
@@ -18,7 +19,6 @@ from atoll.views.plots.common import (
     save,
     time_unit,
 )
-from atoll.views.report import LOSS_METRIC, best_epochs, metric_names, ranked, usable
 
 
 def best_loss(run: RunData, out: Path, top: int) -> Plot | str:

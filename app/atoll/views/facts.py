@@ -1,0 +1,124 @@
+"""What every view computes from a run the same way: the usable results and their ranking, the
+commonest failure reasons, each individual's best epoch and the run's main metric.
+
+Files only (numpy on :class:`~atoll.record.RunData`): no MPI, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from atoll.individual import Status
+from atoll.record.reader import RunData
+from atoll.record.schema import EPOCH_COLUMNS
+
+LOSS_METRIC = "val_loss"
+"""Where no reported metric equals an individual's loss, its lowest ``val_loss`` marks its best
+epoch (else its last epoch)."""
+PREFERRED_METRICS = ("val_accuracy", "accuracy", "val_acc", "acc")
+"""Shown beside the loss when the run names no main metric and one of these was reported."""
+
+
+def usable(ind: np.ndarray) -> np.ndarray:
+    """Mask of the individuals that count as results: status ok with a finite loss."""
+    return (ind["status"] == int(Status.OK)) & np.isfinite(ind["loss"])
+
+
+def ranked(run: RunData, top: int | None = None) -> np.ndarray:
+    """The usable individuals, best (lowest loss) first; the first ``top`` if given."""
+    ind = run.individuals[usable(run.individuals)]
+    order = np.argsort(ind["loss"], kind="stable")
+    return ind[order if top is None else order[:top]]
+
+
+def reason(error: str) -> str:
+    """The ``Type: message`` of a recorded error: its first line (the last of a traceback), and
+    for a multi-rank worker (``rank 1: RuntimeError: ...; rank 0: ...``) the first rank's error
+    without the rank."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no error text)"
+    first = (lines[-1] if lines[0].startswith("Traceback") else lines[0]).split("; rank ")[0]
+    if first.startswith("rank ") and ": " in first:
+        first = first.split(": ", 1)[1]
+    return first.strip() or "(no error text)"
+
+
+def failure_reasons(ind: np.ndarray, most: int = 5) -> list[tuple[str, int]]:
+    """The ``most`` commonest reasons of failed evaluations, commonest first."""
+    failed = ind["error"][ind["status"] == int(Status.FAILED)]
+    return Counter(reason(e.decode() if isinstance(e, bytes) else str(e))
+                   for e in failed).most_common(most)
+
+
+def metric_names(epochs: np.ndarray) -> list[str]:
+    return list((epochs.dtype.names or ())[len(EPOCH_COLUMNS):])
+
+
+def main_metric(run: RunData) -> str:
+    """The objective's choice recorded with the run, else a common accuracy name it reported."""
+    named = str(run.metadata.get("main_metric") or "")
+    if named:
+        return named
+    reported = metric_names(run.epochs)
+    return next((name for name in PREFERRED_METRICS if name in reported), "")
+
+
+def shown_metrics(run: RunData) -> list[str]:
+    """The metrics a table shows: the main metric; else accuracies where reported (validation
+    ones first); else up to three of whatever the objective reported."""
+    names = metric_names(run.epochs)
+    main = main_metric(run)
+    if main in names:
+        return [main]
+    accuracies = [n for n in names if "acc" in n.lower()]
+    if accuracies:
+        return [n for n in accuracies if n.lower().startswith("val")] or accuracies
+    return names[:3]
+
+
+def best_epochs(run: RunData, ids: Iterable[int] | None = None) -> dict[int, np.void]:
+    """Individual id -> the row of its best epoch: the epoch its loss came from (one of its
+    reported metrics equals the loss), else its lowest ``val_loss``, else its last. Only for
+    ``ids`` if given."""
+    epochs = run.epochs
+    if ids is not None:
+        epochs = epochs[np.isin(epochs["individual"], list(ids))]
+    if not len(epochs):
+        return {}
+    losses = dict(zip(run.individuals["id"].tolist(), run.individuals["loss"].tolist(),
+                      strict=True))
+    names = [n for n in metric_names(epochs) if epochs.dtype[n].kind == "f"]
+    order = np.argsort(epochs["individual"], kind="stable")
+    ids, starts = np.unique(epochs["individual"][order], return_index=True)
+    best: dict[int, np.void] = {}
+    for ident, rows in zip(ids.tolist(), np.split(order, starts[1:]), strict=True):
+        rows = rows[np.argsort(epochs["epoch"][rows], kind="stable")]
+        best[ident] = epochs[_best_row(epochs, rows, losses.get(ident, math.nan), names)]
+    return best
+
+
+def _best_row(epochs: np.ndarray, rows: np.ndarray, loss: float, names: Iterable[str]) -> int:
+    if math.isfinite(loss):
+        for name in names:
+            match = np.flatnonzero(np.isclose(epochs[name][rows], loss, rtol=1e-12, atol=0.0))
+            if len(match):
+                return int(rows[match[0]])
+    if LOSS_METRIC in (epochs.dtype.names or ()):
+        values = epochs[LOSS_METRIC][rows]
+        if np.isfinite(values).any():
+            return int(rows[int(np.nanargmin(values))])
+    return int(rows[-1])
+
+
+def best_epoch_values(run: RunData, ids: Iterable[int], metric: str) -> list[float]:
+    """``metric`` at each individual's best epoch (NaN where it reported none)."""
+    ids = list(ids)
+    if metric not in metric_names(run.epochs):
+        return [math.nan for _ in ids]
+    best = best_epochs(run, ids)
+    return [float(best[i][metric]) if i in best else math.nan for i in ids]
