@@ -455,13 +455,14 @@ CASES = [
     Case("read_only_new_run_dir", SEARCH_SLOW,
          "atoll: error: {run_dir}: cannot write ({why}); choose a writable directory",
          setup=read_only_empty_dir),
-    Case("read_only_run_resume", RESUME,
+    # a resume with work left (a finished run needs to write nothing): its budget raised
+    Case("read_only_run_resume", RESUME + ("--set", "search.evaluations=8"),
          "atoll: error: {run_dir}/workers: cannot write ({why}); choose a writable directory",
          setup=read_only_run),
     Case("full_disk_new_run", SEARCH_SLOW,
          "atoll: error: {run_dir}: cannot write (No space left on device); free some space or "
          "choose another directory", setup=full_disk),
-    Case("full_disk_resume", RESUME,
+    Case("full_disk_resume", RESUME + ("--set", "search.evaluations=8"),
          "atoll: error: {run_dir}/workers: cannot write (No space left on device); free some "
          "space or choose another directory", setup=full_disk_with_a_run),
 ]

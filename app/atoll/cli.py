@@ -65,6 +65,10 @@ def _progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+_RANK_VARIABLES = ("OMPI_COMM_WORLD", "OMPI_MCA_ess", "PMIX_", "PMI_", "SLURM_PROCID",
+                   "SLURM_LOCALID")
+
+
 @contextlib.contextmanager
 def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Iterator[None]:
     """On rank 0, a watcher process prints progress lines while the job runs (it reads the
@@ -78,7 +82,10 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
     command = [sys.executable, "-m", "atoll", "watch", str(run_dir), "--plain",
                "--interval", str(interval), "--after", repr(time.time()),
                "--parent", str(os.getpid()), *(["-v"] if verbose else [])]
-    watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
+    # that find ranks by their environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
+    watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
     try:
         yield
     except BaseException:

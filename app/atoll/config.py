@@ -72,9 +72,6 @@ class ObjectiveConfig:
 class SearchConfig:
     """The budget and the rank layout of one run."""
 
-    evaluations: int = 0
-    """The run's total budget of completed evaluations, the same under any rank layout (0: use
-    generations). A resume may raise it to extend a run."""
     generations: int = 100
     """Evaluations per worker when ``evaluations`` is 0: a new run's budget is this times the
     workers of its first job."""
@@ -86,6 +83,9 @@ class SearchConfig:
     islands: int = 1
     eval_timeout: float = 0.0
     """Seconds per evaluation (0: none); see the README for where it cannot act."""
+    evaluations: int = 0
+    """The run's total budget of completed evaluations, the same under any rank layout (0: use
+    generations). A resume may raise it to extend a run."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Status
-from atoll.record import RunPaths, open_run
+from atoll.record import open_run
 from atoll.views.facts import best_epoch_values, main_metric
 from atoll.views.inspect import duration
 
@@ -164,12 +164,13 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
 
 def _take_when_readable(run_dir: Path, seen: set[int] | None, waiting: bool
                         ) -> Snapshot | None:
-    """A snapshot; while ``waiting`` for a search to create the run, None until its files
-    exist (a watcher of its own raises at once: the run is not there)."""
+    """A snapshot, or None when ``waiting``: a watcher started by a search never reports a
+    problem with the run's files (the search itself does, once) and waits for them instead;
+    a watcher of its own raises at once."""
     try:
         return take(run_dir, seen)
     except RecordError:
-        if not waiting or RunPaths(run_dir).run_file.is_file():
+        if not waiting:
             raise
         return None
 
