@@ -30,6 +30,7 @@ from atoll.evolution import default_propagator
 from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.objectives.loader import load_objective
+from atoll.record.claim import Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *,
     """
     paths = record.RunPaths(run_dir)
     return _run_job(paths, comm, lambda: plan_new_or_same(paths, config, comm.Get_size(),
-                                                          config_text))
+                                                          config_text), new=True)
 
 
 def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = ()) -> JobSummary:
@@ -71,12 +72,30 @@ def resume_search(run_dir: Path, comm: MPI.Comm, overrides: Sequence[str] = ()) 
     the run's. A run whose budget is spent runs no job (``JobSummary.job`` is -1).
     """
     paths = record.RunPaths(run_dir)
-    return _run_job(paths, comm, lambda: plan_resume(paths, overrides, comm.Get_size()))
+    return _run_job(paths, comm, lambda: plan_resume(paths, overrides, comm.Get_size()),
+                    new=False)
 
 
-def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
-             ) -> JobSummary:
-    """Check everything (read only), then begin the job in the record and run it."""
+def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan], *,
+             new: bool) -> JobSummary:
+    """Claim the run directory (one job per run), then check everything (read only), begin the
+    job in the record and run it; the claim is given up when the job ends, however it ends."""
+    held: list[Claim] = []
+
+    def take() -> None:
+        taken = claim(paths.run_dir, create=new)
+        held.extend([taken] if taken is not None else [])
+
+    try:
+        on_root(comm, take)
+        return _claimed_job(paths, comm, plan)
+    finally:
+        for taken in held:
+            taken.release()
+
+
+def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
+                 ) -> JobSummary:
     t0 = time.time()
     hosts = comm.gather(_hostname(), root=0) or []
     draft = on_root(comm, plan)

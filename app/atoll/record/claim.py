@@ -6,7 +6,9 @@ systems and on the parallel ones jobs run on (NFS v3 and later, Lustre, GPFS), w
 and HDF5's locks may be missing or silently off. It holds the holder's host, pid, SLURM job id
 and start time as JSON. A crash cannot delete it, so the holder refreshes its modification
 time every :data:`HEARTBEAT` seconds; a claim whose holder is gone (a dead pid on this host, or
-no heartbeat for :data:`STALE_AFTER` seconds) is taken over with a warning.
+no heartbeat for :data:`STALE_AFTER` seconds) is taken over with a warning. A job that finds
+the claim of a job on another host waits until that claim would have gone stale before it
+refuses: a job requeued right after its node was lost then continues instead of failing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from atoll.errors import RecordError
-from atoll.record._h5 import write_error
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ HEARTBEAT = 10.0
 """Seconds between refreshes of a held claim's modification time."""
 STALE_AFTER = 60.0
 """A claim not refreshed for this long belongs to a job that is gone (a crash, a lost node)."""
+DYING = 3.0
+"""Seconds to wait for a holder on this host that may be being killed, before refusing."""
 
 
 @dataclass
@@ -54,25 +57,26 @@ class Claim:
                 self.path.parent.rmdir()  # only if empty: never removes what others wrote
 
 
-def claim(run_dir: Path) -> Claim:
+def claim(run_dir: Path, *, create: bool) -> Claim | None:
     """Take the run directory for this job, or raise a one-line RecordError naming the holder.
 
-    Creates the directory if needed (and :meth:`Claim.release` removes it again if the job
-    wrote nothing into it)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
-                          "directory for the run")
+    ``create``: make the directory if needed (:meth:`Claim.release` removes it again if the job
+    wrote nothing into it). None where there is nothing to claim: a path that is no directory
+    (and is not to be created) or a directory that cannot be written; the job's own checks then
+    say what is wrong, as they did before claims."""
+    if not run_dir.is_dir() and (not create or run_dir.exists()):
+        return None
     made = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(run_dir, exc) from exc
+    except OSError:
+        return None
     path = run_dir / CLAIM_FILE
     try:
         _create(path)
     except FileExistsError:
         holder = _holder(path)
-        if not _gone(path, holder):
+        if not _wait_until_gone(path, holder):
             if made:
                 with contextlib.suppress(OSError):
                     run_dir.rmdir()
@@ -80,16 +84,20 @@ def claim(run_dir: Path) -> Claim:
                 f"{run_dir}: a job holds this run directory ({_describe(holder)}); wait for "
                 f"it to end, or if it is gone delete {path} (a claim unrefreshed for "
                 f"{STALE_AFTER:g} s is taken over by itself)") from None
-        log.warning("%s: taking over the claim of a job that is gone (%s)", run_dir,
-                    _describe(holder))
-        path.unlink(missing_ok=True)
+        if path.exists():  # not given up normally while we waited
+            log.warning("%s: taking over the claim of a job that is gone (%s)", run_dir,
+                        _describe(holder))
+            path.unlink(missing_ok=True)
         try:
             _create(path)
         except FileExistsError:  # another job took it over first
             raise RecordError(f"{run_dir}: another job took over this run directory at the "
                               "same moment; wait for it to end") from None
-    except OSError as exc:
-        raise write_error(run_dir, exc) from exc
+    except OSError:  # read-only, full: the job's own checks report it
+        if made:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        return None
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
                             name="atoll-claim")
@@ -113,6 +121,25 @@ def _holder(path: Path) -> dict[str, Any]:
         return {}  # being written right now, or damaged: judged by its age alone
 
 
+def _wait_until_gone(path: Path, holder: dict[str, Any]) -> bool:
+    """Whether the holder is gone, waiting as long as it takes to know: a few seconds for a
+    process on this host that is being killed, and for one on another host (a requeued job
+    after its node was lost) until its heartbeat would have gone stale."""
+    here = holder.get("host") == socket.gethostname()
+    patience = DYING if here else STALE_AFTER + 2 * HEARTBEAT
+    deadline = time.monotonic() + patience
+    told = False
+    while not _gone(path, holder):
+        if time.monotonic() >= deadline:
+            return False
+        if not here and not told:
+            log.warning("%s: held by %s; waiting up to %.0f s in case that job is gone",
+                        path.parent, _describe(holder), patience)
+            told = True
+        time.sleep(0.2 if here else HEARTBEAT / 2)
+    return True
+
+
 def _gone(path: Path, holder: dict[str, Any]) -> bool:
     """Whether the holder has certainly ended: a dead process on this host, or a claim that
     was not refreshed for STALE_AFTER seconds."""
@@ -124,13 +151,23 @@ def _gone(path: Path, holder: dict[str, Any]) -> bool:
         return True
     pid = holder.get("pid")
     if holder.get("host") == socket.gethostname() and isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
+        return not _running(pid)
     return False
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _describe(holder: dict[str, Any]) -> str:

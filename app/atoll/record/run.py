@@ -34,6 +34,7 @@ from atoll.record._h5 import (
     write_header,
     written_whole,
 )
+from atoll.record.claim import CLAIM_FILE
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
     NEW_EPOCHS,
@@ -45,7 +46,7 @@ from atoll.record.schema import (
 )
 from atoll.space import Space
 
-_LEFTOVERS = {".run.h5.tmp"}  # what a create_run killed half-way may leave behind
+_LEFTOVERS = {".run.h5.tmp", CLAIM_FILE}  # what a killed create_run may leave; this job's claim
 _RUN_HINT = "restore it from a backup, or start a new run directory"
 
 

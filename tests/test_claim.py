@@ -1,0 +1,139 @@
+"""One job per run directory: two jobs started at once on one run, resumed at once, and claims
+left by jobs that are gone. Real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from atoll.engine.restore import completed_count
+from atoll.record import open_run
+from atoll.record.claim import CLAIM_FILE, STALE_AFTER
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, run
+
+SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
+ROUNDS = 3  # before claims, 1 in 15 same-moment starts both ran and 5 of 5 resumes did
+
+
+def together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Start the commands at the same moment; wait for all."""
+    procs = [subprocess.Popen(c, cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for c in commands]
+    try:
+        return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate())
+                for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_tree(p)
+
+
+def check_one_ran(done: list[subprocess.CompletedProcess[str]], run_dir: Path,
+                  expected_code: int = 0) -> None:
+    codes = sorted(d.returncode for d in done)
+    assert codes == sorted([expected_code, 2]), [d.stderr[-500:] for d in done]
+    loser = next(d for d in done if d.returncode == 2)
+    assert loser.stderr.count("\n") == 1 and "Traceback" not in loser.stderr
+    assert f"atoll: error: {run_dir}: a job holds this run directory (host " \
+        f"{socket.gethostname()}, pid " in loser.stderr
+    assert f"delete {run_dir / CLAIM_FILE}" in loser.stderr
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_two_searches_started_at_once_on_one_new_directory_run_once(tmp_path, round_):
+    run_dir = tmp_path / "run"
+    search = atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
+                       "search.generations=100", "--set", "objective.options.sleep=0.05")
+    check_one_ran(together(search, search), run_dir)  # 5 s: longer than a claim waits
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 100 and len(np.unique(ind["id"])) == 100
+    assert not (run_dir / CLAIM_FILE).exists()  # given up at the end
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_two_resumes_at_once_run_once_and_count_nothing_twice(tmp_path, round_):
+    run_dir = tmp_path / "run"
+    first = run(atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
+                          "search.generations=150", "--set", "search.wall_time=0.5", "--set",
+                          "objective.options.sleep=0.05"))
+    assert first.returncode == 75, first.stderr[-2000:]
+    resume = atoll_cmd("resume", str(run_dir), "-q", "--set", "search.wall_time=0")
+    check_one_ran(together(resume, resume), run_dir)
+    ind = open_run(run_dir).individuals
+    assert completed_count(ind) == 150 and len(np.unique(ind["id"])) == len(ind)
+
+
+def write_claim(run_dir: Path, pid: int, age: float = 0.0) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CLAIM_FILE
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "slurm_job": "4711",
+                                "since": time.time() - age}))
+    os.utime(path, (time.time() - age, time.time() - age))
+    return path
+
+
+def test_a_live_holder_is_named_and_nothing_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    write_claim(run_dir, os.getpid())
+    done = run(atoll_cmd("search", *SLOW, "--run-dir", str(run_dir)))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"pid {os.getpid()}, SLURM job 4711, since " in done.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == [CLAIM_FILE]
+
+
+def test_claims_of_jobs_that_are_gone_are_taken_over(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name, pid, age in (("dead_pid", dead.pid, 0.0),
+                           ("no_heartbeat", os.getpid(), STALE_AFTER + 5)):
+        run_dir = tmp_path / name
+        write_claim(run_dir, pid, age)
+        done = run(atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
+                             "search.generations=5"))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "taking over the claim of a job that is gone" in done.stderr
+        assert len(open_run(run_dir).individuals) == 5
+        assert not (run_dir / CLAIM_FILE).exists()
+
+
+def test_a_holder_on_another_host_is_waited_for_until_its_heartbeat_would_be_stale(
+        tmp_path, monkeypatch):
+    """A requeued job after its node was lost continues; a live job elsewhere is refused."""
+    from atoll.errors import RecordError
+    from atoll.record import claim as claims
+
+    monkeypatch.setattr(claims, "STALE_AFTER", 1.0)
+    monkeypatch.setattr(claims, "HEARTBEAT", 0.2)
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    (lost / CLAIM_FILE).write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    started = time.monotonic()
+    held = claims.claim(lost, create=False)  # no heartbeat: stale after 1 s, taken over
+    assert held is not None and 1.0 <= time.monotonic() - started < 5
+    held.release()
+    assert not (lost / CLAIM_FILE).exists()
+
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / CLAIM_FILE
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "slurm_job": "99"}))
+    stop = threading.Event()
+    beat = threading.Thread(target=lambda: [os.utime(path) for _ in iter(
+        lambda: stop.wait(0.1), True)])
+    beat.start()
+    try:
+        with pytest.raises(RecordError, match="host elsewhere, pid 1, SLURM job 99"):
+            claims.claim(live, create=False)
+    finally:
+        stop.set()
+        beat.join()
+    assert path.exists()  # the live holder's claim stays
