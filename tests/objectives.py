@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +34,12 @@ def flaky(params: Mapping[str, Any], ctx: Any) -> Any:
         return float("inf")
     if way == "returns_text":
         return "not a number"
+    if way == "returns_huge":
+        return 10**400  # no float holds it
+    if way == "exits":
+        sys.exit(2)
+    if way == "interrupts":
+        raise KeyboardInterrupt
     if way == "runaway":
         time.sleep(60)
     if way == "one_rank_raises":

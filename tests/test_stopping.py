@@ -16,7 +16,7 @@ from atoll.engine.restore import completed_count
 from atoll.engine.stopping import PROBE_INTERVAL
 from atoll.individual import Status
 from atoll.record import open_run
-from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids, run
+from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, mpirun_cmd, rank_pids, run
 
 CONFIG = "tests/configs/slow_sphere.toml"
 
@@ -84,3 +84,18 @@ def test_stop_flag_probes_at_most_every_interval_sees_a_notice_and_keeps_an_agre
         assert 1 <= rank["probes"] <= rank["elapsed"] / PROBE_INTERVAL + 1, rank
         assert rank["seen"] and rank["stopped"]
         assert rank["kept_after_agreeing"] == 50  # every round, on both ranks
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.45, 0.7])
+def test_a_signal_right_after_launch_is_a_stop_not_a_crash(tmp_path, delay):
+    """SLURM may signal a job step at any moment, also while Python and MPI start."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", "tests/configs/slow_sphere.toml", "--run-dir",
+                  str(run_dir), "-q", "--set", "search.generations=500"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    assert "Traceback" not in err and "Stopped before the budget was spent" in out

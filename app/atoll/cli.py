@@ -314,6 +314,10 @@ def main() -> None:
     and exit code 2, like every other bad input, instead of click's usage block."""
     from atoll.logs import launcher_rank
 
+    if sys.argv[1:2] in (["search"], ["resume"]):  # a job: stop signals are a stop from now on
+        from atoll.engine.early import catch_early
+
+        catch_early()
     try:
         code = cli.main(prog_name="atoll", standalone_mode=False)
     except click.UsageError as exc:

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.engine import early
 from atoll.engine.backoff import wait_gently
+from atoll.engine.early import SIGNALS
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 _NOTICE_TAG = 75
 WALL_TIME = "wall time"
 PROBE_INTERVAL = 1e-3
@@ -54,9 +55,12 @@ class StopFlag:
         self._next_probe = 0.0
 
     def install(self) -> StopFlag:
-        """Catch the stop signals (main thread only); :meth:`close` restores the old handlers."""
+        """Catch the stop signals (main thread only); :meth:`close` restores the old handlers.
+        A stop signal caught before (:mod:`atoll.engine.early`) is a stop request now."""
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+        if early.caught():
+            self.request(early.caught())
         return self
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

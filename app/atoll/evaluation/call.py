@@ -53,11 +53,15 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
              timeout: float = 0.0) -> tuple[float, Status, str]:
-    """Call the objective; failures are data: (nan, FAILED, "Type: first line of message")."""
+    """Call the objective; failures are data: (nan, FAILED, "Type: first line of message").
+
+    Whatever the objective raises is a failed individual, SystemExit and KeyboardInterrupt too
+    (a user's ``sys.exit`` or ``raise KeyboardInterrupt`` must not end the job and lose its
+    rows; a real Ctrl-C reaches the job as a stop request, not as KeyboardInterrupt)."""
     try:
         with time_limit(timeout):
             value = objective(params, ctx)
-    except Exception as exc:  # noqa: BLE001 - any user error becomes a failed individual
+    except BaseException as exc:  # noqa: BLE001 - whatever the objective does is its result
         log.warning("individual %d failed", ctx.individual_id, exc_info=True)
         first_line = (str(exc).splitlines() or [""])[0]
         return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
@@ -72,9 +76,9 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
                 f"TypeError: objective returned {type(value).__name__}, not a number"
         try:
             loss = float(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # e.g. 10**400: no float
             return math.nan, Status.FAILED, \
-                f"TypeError: objective returned an unusable value ({exc})"
+                f"{type(exc).__name__}: objective returned an unusable value ({exc})"
     if not math.isfinite(loss):
         return math.nan, Status.FAILED, f"ValueError: objective returned a non-finite loss ({loss})"
     return loss, Status.OK, ""

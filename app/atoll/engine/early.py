@@ -1,0 +1,29 @@
+"""Stop signals that arrive before a job can stop cleanly: while Python starts, the config is
+read and MPI comes up. SLURM may send one at any moment; without a handler it would kill the
+rank (exit 138 for SIGUSR1). Caught here from the first moment of a search or resume, and
+turned into a stop request when the job's own handlers take over."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+"""What stops a job: SIGTERM and SIGUSR1 (SLURM before a time limit), SIGINT (Ctrl-C)."""
+
+_caught: list[int] = []
+
+
+def catch_early() -> None:
+    """Remember the stop signals from now on (main thread only)."""
+    for sig in SIGNALS:
+        signal.signal(sig, _remember)
+
+
+def _remember(signum: int, frame: FrameType | None) -> None:
+    _caught.append(signum)
+
+
+def caught() -> str:
+    """The name of the first stop signal caught early, or "" if none."""
+    return signal.Signals(_caught[0]).name if _caught else ""
