@@ -151,11 +151,11 @@ def _gone(path: Path, holder: dict[str, Any]) -> bool:
         return True
     pid = holder.get("pid")
     if holder.get("host") == socket.gethostname() and isinstance(pid, int):
-        return not _running(pid)
+        return not running(pid)
     return False
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)

@@ -9,7 +9,6 @@ when the search's process does.
 from __future__ import annotations
 
 import math
-import os
 import signal
 import sys
 import time
@@ -24,6 +23,7 @@ import numpy as np
 from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record import open_run
+from atoll.record.claim import running
 from atoll.views.facts import best_epoch_values, main_metric
 from atoll.views.inspect import duration
 
@@ -149,7 +149,7 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
                 show(snap)
                 if not snap.running:
                     return snap
-            if parent and not _alive(parent):
+            if parent and not running(parent):
                 return snap
             time.sleep(LIVE_REFRESH if live else interval)
     except _Final:
@@ -222,12 +222,3 @@ def _plain(value: Any) -> Any:
         return value.decode()
     return value.item() if isinstance(value, np.generic) else value
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
