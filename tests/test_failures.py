@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 
@@ -44,3 +46,27 @@ def test_twenty_percent_failures_the_run_completes_its_budget(tmp_path, way, k, 
     # A failed individual is never a parent.
     parents = set(ind["parent_a"]) | set(ind["parent_b"])
     assert not parents & set(failed["id"])
+
+
+def test_each_rank_logs_to_its_own_file_with_rank_host_and_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        2, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:flaky", "--set", "objective.options.way=raise",
+        "--set", "objective.options.rate=0.5", "--set", "search.generations=10", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = sorted((run_dir / "logs").iterdir())
+    assert [p.name for p in logs] == ["job000-rank00000.log", "job000-rank00001.log"]
+    host = socket.gethostname()
+    failed = open_run(run_dir).individuals
+    failed = failed[failed["status"] == int(Status.FAILED)]
+    for rank, path in enumerate(logs):
+        text = path.read_text()
+        lines = [line for line in text.splitlines() if " rank " in line[:40]]
+        assert lines and all(f" rank {rank} host {host} worker {rank} " in line
+                             for line in lines)
+        mine = failed[failed["worker"] == rank]
+        # every failure of this rank's worker, with its traceback, in this rank's file only
+        assert text.count("WARNING atoll.evaluation.call: individual ") == len(mine)
+        assert text.count("Traceback (most recent call last)") == len(mine)
+    assert len(failed) > 0

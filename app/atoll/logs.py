@@ -7,8 +7,11 @@ messages are said by rank 0 alone: a job-level warning shows once, not once per 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
@@ -36,3 +39,32 @@ def setup_logging(rank: int, verbose: bool = False) -> None:
 
 def _not_the_jobs(record: logging.LogRecord) -> bool:
     return not record.name.startswith(JOB_LOGGER)
+
+
+RANK_FORMAT = "%(asctime)s rank {rank} host {host} worker {worker} %(levelname)s %(name)s: " \
+    "%(message)s"
+
+
+@contextlib.contextmanager
+def rank_log(path: Path, *, rank: int, host: str, worker: int) -> Iterator[None]:
+    """Everything this rank logs at INFO and above (tracebacks of failed individuals too) also
+    goes to ``path`` while the block runs, each line naming the rank, host and worker; the
+    console keeps its rank filtering."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter(RANK_FORMAT.format(rank=rank, host=host,
+                                                              worker=worker)))
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(min(previous, logging.INFO) if previous else logging.INFO)
+    for console in root.handlers:
+        if console is not handler and console.level == logging.NOTSET:
+            console.setLevel(previous or logging.WARNING)  # the console sees what it did
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(previous)

@@ -29,6 +29,7 @@ from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution import default_propagator
 from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
+from atoll.logs import rank_log
 from atoll.objectives.loader import load_objective
 from atoll.record.claim import Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
@@ -113,27 +114,29 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
     on_root(comm, lambda: _preflight(objective, config))
     job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)
-    stop = StopFlag(comm).install()
-    if config.search.wall_time:
-        stop.deadline = t0 + config.search.wall_time
-    remaining = max(job.budget - job.done, 0)
-    budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
-    try:
-        role = _prepare_worker(job, paths, topo, objective, stop)
-        comm.Barrier()  # the search (and its wall time) starts together on every rank
-        start = time.time()
-        stats = role.run(budget)
-    finally:
-        stopped = stop.close()
-    wall = time.time() - start
-    gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
-    completed = sum(s.completed for s in gathered)
-    exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
-    if stopped or exit_code:
-        log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
-                    "with 'atoll resume %s'", stop.reason or WALL_TIME, job.done + completed,
-                    job.budget, exit_code, paths.run_dir)
-    results = on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
+    with rank_log(paths.log_file(job.job, comm.Get_rank()), rank=comm.Get_rank(),
+                  host=_hostname(), worker=topo.worker):
+        stop = StopFlag(comm).install()
+        if config.search.wall_time:
+            stop.deadline = t0 + config.search.wall_time
+        remaining = max(job.budget - job.done, 0)
+        budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
+        try:
+            role = _prepare_worker(job, paths, topo, objective, stop)
+            comm.Barrier()  # the search (and its wall time) starts together on every rank
+            start = time.time()
+            stats = role.run(budget)
+        finally:
+            stopped = stop.close()
+        wall = time.time() - start
+        gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
+        completed = sum(s.completed for s in gathered)
+        exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
+        if stopped or exit_code:
+            log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
+                        "with 'atoll resume %s'", stop.reason or WALL_TIME, job.done + completed,
+                        job.budget, exit_code, paths.run_dir)
+        results = on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
     return JobSummary(
         run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in gathered),
         wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in gathered),

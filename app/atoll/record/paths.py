@@ -22,6 +22,7 @@ class RunPaths:
         RUN_DIR/workers/job000-worker00000.h5     one per worker leader and job (the checkpoint)
         RUN_DIR/results.h5                        everything in single tables, written at the end
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
+        RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
     """
 
     run_dir: Path
@@ -43,6 +44,13 @@ class RunPaths:
 
     def worker_file(self, job: int, worker: int) -> Path:
         return self.workers_dir / f"job{job:03d}-worker{worker:05d}.h5"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    def log_file(self, job: int, rank: int) -> Path:
+        return self.logs_dir / f"job{job:03d}-rank{rank:05d}.log"
 
     @property
     def models_dir(self) -> Path:
