@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import atoll
 from atoll.errors import ObjectiveError
 from atoll.record import open_run
 from conftest import ROOT, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
@@ -299,6 +300,15 @@ def test_digits_example_search_records_epochs_and_keeps_usable_weights(tmp_path)
     assert classifier.evaluate_whole_set(model, validation)[0] == pytest.approx(
         float(best["loss"]), rel=1e-6)
     assert math.isfinite(classifier.evaluate_whole_set(model, test)[0])
+    # ... or in one step: the best individual with its weights, scored on the test split
+    found = atoll.best(run_dir)
+    assert found.id == int(best["id"]) and found.params == params and found.weights == path
+    assert found.metrics["val_loss"] == pytest.approx(found.loss, rel=1e-12)  # its best epoch
+    assert weights.load_params(path) == params  # the weights file carries the parameters
+    scored = classifier.score_kept(run_dir)
+    expected = classifier.evaluate_whole_set(model, test)
+    assert (scored["loss"], scored["accuracy"]) == pytest.approx(expected, rel=1e-9)
+    assert scored["id"] == found.id and scored["split"] == "test"
 
 
 @pytest.mark.slow

@@ -12,12 +12,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Context", "__version__", "load_config", "record", "search"]
+__all__ = ["Context", "__version__", "best", "load_config", "record", "search"]
 
 
 def __getattr__(name: str) -> Any:
     """Load the API on first use, so ``import atoll`` stays fast."""
-    if name in ("search", "load_config"):
+    if name in ("search", "load_config", "best"):
         from atoll import api
 
         return getattr(api, name)

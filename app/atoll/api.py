@@ -1,15 +1,18 @@
-"""The Python API: run a search from your own script (under ``mpirun`` or alone).
+"""The Python API: run a search from your own script (under ``mpirun`` or alone), and take
+the best model in one step.
 
     import atoll
     config = atoll.load_config("examples/sphere.toml", ["search.generations=20"])
     summary = atoll.search(config, "runs/sphere")   # collective over MPI.COMM_WORLD
+    best = atoll.best("runs/sphere")                # id, loss, params, metrics, weights file
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from atoll.config import Config, load_config
 
@@ -18,7 +21,20 @@ if TYPE_CHECKING:
 
     from atoll.job.runner import JobSummary
 
-__all__ = ["load_config", "search"]
+__all__ = ["Best", "best", "load_config", "search"]
+
+
+@dataclass(frozen=True)
+class Best:
+    """A run's best individual: what it was, how it did, and where its weights are."""
+
+    id: int
+    loss: float
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    """The epoch metrics it reported at its best epoch (empty if it reported none)."""
+    weights: Path | None
+    """Its kept weights (``atoll.record.models.load_state_dict``), None if not kept."""
 
 
 def search(config: Config, run_dir: str | os.PathLike[str], *,
@@ -29,3 +45,29 @@ def search(config: Config, run_dir: str | os.PathLike[str], *,
     from atoll.job.runner import run_search
 
     return run_search(config, Path(run_dir), comm if comm is not None else MPI.COMM_WORLD)
+
+
+def best(run_dir: str | os.PathLike[str]) -> Best:
+    """The best individual of the run in ``run_dir`` (reads files only: no MPI, no torch)."""
+    from atoll.errors import RecordError
+    from atoll.record import RunPaths, open_run
+    from atoll.views.facts import best_epochs, metric_names, ranked
+
+    run = open_run(Path(run_dir))
+    found = ranked(run, 1)
+    if not len(found):
+        raise RecordError(f"{run_dir}: no individual finished with a finite loss yet")
+    row = found[0]
+    ident = int(row["id"])
+    epoch = best_epochs(run, [ident]).get(ident)
+    metrics = {} if epoch is None else {m: float(epoch[m]) for m in metric_names(run.epochs)}
+    weights = RunPaths(run_dir).model_file(ident)
+    return Best(id=ident, loss=float(row["loss"]),
+                params={name: _plain(row[name]) for name in run.space.names},
+                metrics=metrics, weights=weights if weights.is_file() else None)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if hasattr(value, "item") else value

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
 """Receives (individual id, epoch, unix time, metrics) on the worker leader."""
-WeightSink = Callable[[int, float, Mapping[str, Any]], Any]
-"""Receives (individual id, loss, state_dict) on the worker leader."""
+WeightSink = Callable[[int, float, Mapping[str, Any], Mapping[str, Any]], Any]
+"""Receives (individual id, loss, state_dict, parameters) on the worker leader."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,10 @@ class WorkerServices:
     offer_weights: WeightSink | None = None
     should_stop: Callable[[], bool] | None = None
 
-    def context(self, individual_id: int) -> Context:
-        """The context of one evaluation."""
-        return Context(self, individual_id)
+    def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
+        """The context of one evaluation (``params``: the individual's, kept with its
+        weights)."""
+        return Context(self, individual_id, params)
 
 
 class Context:
@@ -57,8 +58,10 @@ class Context:
     stream does not depend on which worker happens to evaluate the individual.
     """
 
-    def __init__(self, services: WorkerServices, individual_id: int) -> None:
+    def __init__(self, services: WorkerServices, individual_id: int,
+                 params: Mapping[str, Any] | None = None) -> None:
         self._services = services
+        self._params = dict(params or {})
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""
@@ -137,8 +140,10 @@ class Context:
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
         """Offer this evaluation's best weights (plain tensors, no ``module.`` prefix).
 
-        The leader stores them (HDF5, no pickle) if the loss ranks among the run's best
-        ``record.top_models``; other ranks may call it too, it does nothing there.
+        The leader stores them (HDF5, no pickle, with the individual's parameters) if the loss
+        ranks among the run's best ``record.top_models``; other ranks may call it too, it does
+        nothing there.
         """
         if self._services.offer_weights is not None and self.is_leader:
-            self._services.offer_weights(self.individual_id, float(loss), state_dict)
+            self._services.offer_weights(self.individual_id, float(loss), state_dict,
+                                         self._params)

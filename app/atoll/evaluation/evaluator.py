@@ -51,7 +51,7 @@ class WorkerEvaluator:
         return cls(objective, services, config.search.eval_timeout)
 
     def __call__(self, ind: Individual) -> None:
-        ctx = self.services.context(ind.id)
+        ctx = self.services.context(ind.id, ind.params)
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)

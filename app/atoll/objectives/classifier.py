@@ -171,6 +171,29 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
 train.main_metric = "val_accuracy"  # type: ignore[attr-defined]  # what views show beside loss
 
 
+def score_kept(run_dir: Path | str, split: str = "test") -> dict[str, Any]:
+    """The run's best individual rebuilt from its kept weights and scored on ``split`` (the
+    data set's held-out test split by default): its id, parameters, loss and accuracy. Reads
+    the run's files and the data; no MPI."""
+    import atoll
+    from atoll.record import open_run
+    from atoll.record.models import load_params, load_state_dict
+
+    best = atoll.best(run_dir)
+    if best.weights is None:
+        raise ObjectiveError(f"{run_dir}: the best individual ({best.id}) has no kept weights; "
+                             "set record.top_models >= 1")
+    objective = open_run(run_dir).config_table.get("objective", {})
+    opts = read_options(objective.get("options", {}))
+    data = datasets.load_split(opts["dataset"], objective.get("data_dir") or None, split)
+    params = load_params(best.weights) or best.params
+    model = build_model_from_params(params, data.shape, data.classes)
+    model.load_state_dict(load_state_dict(best.weights))
+    loss, accuracy = evaluate_whole_set(model, data, batch_size=opts["eval_batch_size"])
+    return {"id": best.id, "params": params, "loss": loss, "accuracy": accuracy,
+            "split": split}
+
+
 def preflight(options: Mapping[str, Any], data_dir: Path | str | None = None,
               parameters: Collection[str] | None = None) -> None:
     """The checks that need neither MPI nor training: options, data files, parameter names.

@@ -15,6 +15,7 @@ exists. Importing this module does not import torch.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,12 @@ def load_attrs(path: Path | str) -> dict[str, Any]:
                                                                        "format_version")}
 
 
+def load_params(path: Path | str) -> dict[str, Any]:
+    """The parameters of the individual whose weights ``path`` holds (empty if not stored)."""
+    stored = load_attrs(path).get("params")
+    return dict(json.loads(stored)) if isinstance(stored, str) else {}
+
+
 def _collect(group: h5py.Group, prefix: str, into: dict[str, torch.Tensor]) -> None:
     """Datasets below ``group`` in the order they were written, keyed by their path."""
     import torch
@@ -131,16 +138,19 @@ class TopWeights:
         self.limit = limit
         self._worst_first: list[tuple[float, int]] = []  # (-loss, id): a max-heap on loss
 
-    def offer(self, individual_id: int, loss: float, state_dict: Mapping[str, Any]
-              ) -> Path | None:
-        """Store the weights if they rank among this leader's best; returns the file or None."""
+    def offer(self, individual_id: int, loss: float, state_dict: Mapping[str, Any],
+              params: Mapping[str, Any] | None = None) -> Path | None:
+        """Store the weights if they rank among this leader's best; returns the file or None.
+        The file carries the individual's id, loss and parameters (JSON in ``params``)."""
         if self.limit <= 0 or loss != loss:  # no keeping, or a NaN loss
             return None
         if len(self._worst_first) >= self.limit and -self._worst_first[0][0] <= loss:
             return None
         path = self.paths.model_file(individual_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss})
+        save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss,
+                                           "params": json.dumps(dict(params or {}),
+                                                                default=str)})
         heapq.heappush(self._worst_first, (-loss, individual_id))
         if len(self._worst_first) > self.limit:
             _, dropped = heapq.heappop(self._worst_first)
