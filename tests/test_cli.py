@@ -37,6 +37,11 @@ USAGE_ERRORS = [
     (["serch"], "atoll: error: No such command 'serch'. Did you mean 'search'? See "
                 "'atoll --help'"),
     (["inspect"], "atoll: error: Missing argument 'RUN_DIR'; see 'atoll inspect --help'"),
+    (["search", "--run-dir", ""],  # would have been the current directory
+     "atoll: error: Invalid value for '--run-dir': is empty; give the run's directory, e.g. "
+     "runs/sphere; see 'atoll search --help'"),
+    (["resume", " "], "atoll: error: Invalid value for 'RUN_DIR': is empty; give the run's "
+                      "directory, e.g. runs/sphere; see 'atoll resume --help'"),
     (["search", "--run-dir", "r", "--top", "x"],
      "atoll: error: Invalid value for '--top': 'x' is not a valid integer range; "
      "see 'atoll search --help'"),

@@ -22,6 +22,21 @@ from atoll import __version__
 EXIT_BAD_INPUT = 2
 
 
+class RunDir(click.Path):
+    """A run directory: a path, never empty (an empty one would be the current directory)."""
+
+    name = "run_dir"
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give the run's directory, e.g. runs/sphere", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _fail(message: str, rank: int) -> NoReturn:
     if rank == 0:
         click.echo(f"atoll: error: {message}", err=True)
@@ -103,7 +118,7 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
 @cli.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file. Without it, the embedded default search runs.")
-@click.option("--run-dir", required=True, type=click.Path(path_type=Path),
+@click.option("--run-dir", required=True, type=RunDir(),
               help="Directory for the run's HDF5 record (new or empty).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
@@ -175,7 +190,7 @@ def _finish(summary: Any, top: int) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=RunDir())
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a job-level setting for this job only: search.ranks_per_worker, "
                    "search.islands, search.wall_time or record.flush_interval; or the run's "
@@ -203,7 +218,7 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=RunDir())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="Best individuals to list.")
 @click.option("--metric", default=None, metavar="NAME",
@@ -220,7 +235,7 @@ def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=RunDir())
 @click.option("--interval", default=15.0, show_default=True, type=click.FloatRange(min=0.5),
               metavar="SECONDS", help="Seconds between plain lines.")
 @click.option("--plain", is_flag=True,
@@ -280,7 +295,7 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=RunDir())
 @click.option("--out", type=click.Path(path_type=Path),
               help="Directory for report.html, the plots and exports [default: RUN_DIR/report].")
 @click.option("--csv", "csv_files", is_flag=True,
