@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from conftest import alive
+
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 4
 GPUS_PER_NODE = 4
@@ -195,9 +197,9 @@ OverSubscribe=FORCE:4
                 _signal(proc.pid, signal.SIGKILL)
                 proc.wait()
         for pid in [p for p in pids if p not in {q.pid for q in self.procs.values()}]:
-            while _alive(pid) and time.monotonic() < deadline:
+            while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _alive(pid):
+            if alive(pid):
                 _signal(pid, signal.SIGKILL)
 
     def stepds(self) -> list[int]:
@@ -222,10 +224,3 @@ def _signal(pid: int, sig: int) -> None:
     except ProcessLookupError:
         pass
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
