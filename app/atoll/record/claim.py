@@ -1,8 +1,9 @@
 """One job per run directory: a claim file taken before anything is written, held for the
 whole job, refused to any other job with the holder's name.
 
-The claim is ``RUN_DIR/.atoll-claim``, created with ``O_CREAT | O_EXCL``: atomic on local file
-systems and on the parallel ones jobs run on (NFS v3 and later, Lustre, GPFS), where ``flock``
+The claim is ``RUN_DIR/.atoll-claim``, made by a hard link to a file of the job's own that
+already holds its content: atomic, and refused if the name exists, on local file systems and on
+the parallel ones jobs run on (the classic lock file of NFS; Lustre, GPFS), where ``flock``
 and HDF5's locks may be missing or silently off. It holds the holder's host, pid, SLURM job id
 and start time as JSON. A crash cannot delete it, so the holder refreshes its modification
 time every :data:`HEARTBEAT` seconds; a claim whose holder is gone (a dead pid on this host, or
@@ -106,11 +107,17 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
 
 
 def _create(path: Path) -> None:
+    """Write the holder to a file of our own, then link it to the claim's name: the link is
+    atomic and fails if the claim exists (also on NFS), and a claim is never seen half
+    written. FileExistsError if another job holds it."""
     holder = {"host": socket.gethostname(), "pid": os.getpid(),
               "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "since": time.time()}
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(holder, f)
+    mine = path.with_name(f"{path.name}.{holder['host']}.{holder['pid']}")
+    try:
+        mine.write_text(json.dumps(holder))
+        os.link(mine, path)
+    finally:
+        mine.unlink(missing_ok=True)
 
 
 def _holder(path: Path) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def check_new_run_dir(paths: RunPaths) -> None:
 
 
 def _tolerated(entry: Path, paths: RunPaths) -> bool:
-    if entry.name in _LEFTOVERS:
+    if entry.name in _LEFTOVERS or entry.name.startswith(f"{CLAIM_FILE}."):
         return True
     return entry == paths.workers_dir and entry.is_dir() and not any(entry.iterdir())
 
