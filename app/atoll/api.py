@@ -50,7 +50,7 @@ def search(config: Config, run_dir: str | os.PathLike[str], *,
 def best(run_dir: str | os.PathLike[str]) -> Best:
     """The best individual of the run in ``run_dir`` (reads files only: no MPI, no torch)."""
     from atoll.errors import RecordError
-    from atoll.record import RunPaths, open_run
+    from atoll.record import RunPaths, open_run, plain
     from atoll.views.facts import best_epochs, metric_names, ranked
 
     run = open_run(Path(run_dir))
@@ -63,11 +63,6 @@ def best(run_dir: str | os.PathLike[str]) -> Best:
     metrics = {} if epoch is None else {m: float(epoch[m]) for m in metric_names(run.epochs)}
     weights = RunPaths(run_dir).model_file(ident)
     return Best(id=ident, loss=float(row["loss"]),
-                params={name: _plain(row[name]) for name in run.space.names},
+                params={name: plain(row[name]) for name in run.space.names},
                 metrics=metrics, weights=weights if weights.is_file() else None)
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    return value.item() if hasattr(value, "item") else value

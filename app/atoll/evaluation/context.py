@@ -61,7 +61,7 @@ class Context:
     def __init__(self, services: WorkerServices, individual_id: int,
                  params: Mapping[str, Any] | None = None) -> None:
         self._services = services
-        self._params = dict(params or {})
+        self._params: Mapping[str, Any] = params or {}
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""

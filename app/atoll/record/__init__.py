@@ -9,6 +9,7 @@ Layout of a run directory (built only by :class:`RunPaths`)::
 Only h5py, numpy and the standard library are used here: never torch, never mpi4py.
 """
 
+from atoll.record._h5 import plain
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
 from atoll.record.reader import RunData, open_run, read_completed, read_history
@@ -42,6 +43,7 @@ __all__ = [
     "create_run",
     "end_job",
     "open_run",
+    "plain",
     "read_completed",
     "read_history",
     "set_budget",

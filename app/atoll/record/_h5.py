@@ -126,6 +126,14 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def plain(value: Any) -> Any:
+    """A value read from HDF5 as plain Python: bytes as ``str``, numpy scalars as the Python
+    value they hold."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def decoded(table: np.ndarray) -> np.ndarray:
     """``table`` with its variable-length strings as ``str`` (h5py reads them as bytes)."""
     for name in table.dtype.names or ():

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
-from atoll.record._h5 import written_whole
+from atoll.record._h5 import plain, written_whole
 from atoll.record.paths import RunPaths
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def load_attrs(path: Path | str) -> dict[str, Any]:
     """The ``attrs`` given to :func:`save_state_dict` (without the format markers)."""
     with h5py.File(path, "r") as f:
         _check_format(f, path)
-        return {k: _plain(v) for k, v in f.attrs.items() if k not in ("format",
+        return {k: plain(v) for k, v in f.attrs.items() if k not in ("format",
                                                                        "format_version")}
 
 
@@ -120,14 +120,6 @@ def _check_format(f: h5py.File, path: Path | str) -> None:
     if int(f.attrs.get("format_version", 0)) > FORMAT_VERSION:
         raise ValueError(f"{path}: weights format {int(f.attrs['format_version'])} is newer "
                          f"than this Atoll reads ({FORMAT_VERSION})")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 class TopWeights:

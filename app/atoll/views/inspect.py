@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from atoll.individual import Status
+from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.record.schema import MODE_NAMES
 from atoll.views.facts import best_epoch_values, failure_reasons, main_metric, ranked
@@ -106,9 +107,7 @@ def _best(run: RunData, top: int, metric: str) -> list[str]:
 def _cell(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
         return f"{float(value):.6g}"
-    if isinstance(value, bytes):
-        return value.decode()
-    return str(value.item() if isinstance(value, np.generic) else value)
+    return str(plain(value))
 
 
 def _json(value: Any) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Status
-from atoll.record import open_run
+from atoll.record import open_run, plain
 from atoll.record.claim import running
 from atoll.views.facts import best_epoch_values, main_metric
 from atoll.views.inspect import duration
@@ -74,14 +74,14 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         row = ok[int(np.argmin(ok["loss"]))]
         value = best_epoch_values(run, [int(row["id"])], metric)[0] if metric else math.nan
         best = {"id": int(row["id"]), "loss": float(row["loss"]), "value": value,
-                "params": {name: _plain(row[name]) for name in run.space.names}}
+                "params": {name: plain(row[name]) for name in run.space.names}}
     new_rows = []
     if seen is not None:
         for row in ind[~np.isin(ind["id"], list(seen))] if seen else ind:
             seen.add(int(row["id"]))
             status = Status(int(row["status"])).name.lower()
             new_rows.append({"id": int(row["id"]), "status": status, "loss": float(row["loss"]),
-                             "worker": int(row["worker"]), "error": _plain(row["error"])})
+                             "worker": int(row["worker"]), "error": plain(row["error"])})
     return Snapshot(
         job=job, job_start=start, job_stop=stop,
         running=bool(len(jobs)) and not math.isfinite(stop),
@@ -215,10 +215,3 @@ def _best(snap: Snapshot) -> str:
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    return value.item() if isinstance(value, np.generic) else value
-

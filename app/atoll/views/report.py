@@ -21,6 +21,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Status
+from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.views.facts import (
     best_epochs,
@@ -167,13 +168,6 @@ def _short(text: str, width: int = 100) -> str:
 
 
 # -- exports -----------------------------------------------------------------------------------
-def plain(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds."""
-    if isinstance(value, bytes):
-        return value.decode()
-    return value.item() if isinstance(value, np.generic) else value
-
-
 def columns(table: np.ndarray) -> dict[str, list[Any]]:
     """Each column as Python values, enum columns (status, origin, mode) as their names."""
     out: dict[str, list[Any]] = {}
