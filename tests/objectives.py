@@ -73,10 +73,21 @@ def report_demo(params: Mapping[str, Any], ctx: Any) -> float:
     if float(ctx.rng.random()) < float(ctx.options.get("fail", 0.0)):
         raise ValueError("report_demo failed on purpose")
     pause = float(ctx.options.get("sleep", 0.0))
-    penalty = {"relu": 0.0, "tanh": 0.3, "sigmoid": 1.0}[params["act"]]
-    loss = (math.log10(params["lr"]) + 2.0) ** 2 + penalty + 0.05 * params["layers"] + 0.01
+    loss = _demo_loss(params)
     for epoch in range(3):
         time.sleep(pause)
         scale = 1.0 + 0.5 * (2 - epoch)
         ctx.report(epoch, val_loss=loss * scale, val_accuracy=1.0 / (1.0 + loss * scale))
     return loss
+
+
+def _demo_loss(params: Mapping[str, Any]) -> float:
+    """Lowest at lr = 1e-2 with relu and one layer."""
+    penalty = {"relu": 0.0, "tanh": 0.3, "sigmoid": 1.0}[params["act"]]
+    return (math.log10(params["lr"]) + 2.0) ** 2 + penalty + 0.05 * params["layers"] + 0.01
+
+
+def accuracy_demo(params: Mapping[str, Any], ctx: Any) -> float:
+    """A score to maximize: report_demo's epochs, returning its last val_accuracy."""
+    report_demo(params, ctx)
+    return 1.0 / (1.0 + _demo_loss(params))

@@ -70,3 +70,6 @@ def test_each_rank_logs_to_its_own_file_with_rank_host_and_worker(tmp_path):
         assert text.count("WARNING atoll.evaluation.call: individual ") == len(mine)
         assert text.count("Traceback (most recent call last)") == len(mine)
     assert len(failed) > 0
+    # The console gets one line per failure; the tracebacks are in the files above.
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("(traceback in the rank's log file)") == len(failed)

@@ -101,3 +101,23 @@ def test_the_help_examples_run_as_written(sandbox: Path):
         done = subprocess.run(shlex.split(command), cwd=sandbox, env=env, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
+
+
+def test_the_config_reference_is_valid_and_shows_the_defaults() -> None:
+    """The README's TOML block lists every section with its defaults: it parses (with a
+    ``module:function`` objective, since a built-in's ``dimensions`` excludes ``[space]``), and
+    each section equals what an empty config gets."""
+    import tomllib
+
+    from atoll.config import parse_config
+
+    (block,) = blocks("toml")
+    table = tomllib.loads(block)
+    assert table["objective"].pop("dimensions") == 2
+    table["objective"]["name"] = "mymodule:objective"
+    config = parse_config(table)
+    defaults = parse_config({"objective": {"name": "sphere"}})
+    for section in ("search", "evolution", "migration", "record", "distributed"):
+        assert getattr(config, section) == getattr(defaults, section), section
+    assert config.objective.direction == defaults.objective.direction
+    assert config.seed == defaults.seed

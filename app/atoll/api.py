@@ -4,7 +4,7 @@ the best model in one step.
     import atoll
     config = atoll.load_config("examples/sphere.toml", ["search.generations=20"])
     summary = atoll.search(config, "runs/sphere")   # collective over MPI.COMM_WORLD
-    best = atoll.best("runs/sphere")                # id, loss, params, metrics, weights file
+    best = atoll.best("runs/sphere")                # id, value, params, metrics, weights file
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class Best:
 
     id: int
     loss: float
+    """What the search minimized: the objective's value, negated for ``direction = "maximize"``."""
+    value: float
+    """The objective's own value (the loss itself when minimizing)."""
     params: dict[str, Any]
     metrics: dict[str, float]
     """The epoch metrics it reported at its best epoch (empty if it reported none)."""
@@ -51,7 +54,7 @@ def best(run_dir: str | os.PathLike[str]) -> Best:
     """The best individual of the run in ``run_dir`` (reads files only: no MPI, no torch)."""
     from atoll.errors import RecordError
     from atoll.record import RunPaths, open_run, plain
-    from atoll.views.facts import best_epochs, metric_names, ranked
+    from atoll.views.facts import best_epochs, metric_names, ranked, values
 
     run = open_run(Path(run_dir))
     found = ranked(run, 1)
@@ -62,7 +65,7 @@ def best(run_dir: str | os.PathLike[str]) -> Best:
     epoch = best_epochs(run, [ident]).get(ident)
     metrics = {} if epoch is None else {m: float(epoch[m]) for m in metric_names(run.epochs)}
     weights = RunPaths(run_dir).model_file(ident)
-    return Best(id=ident, loss=float(row["loss"]),
+    return Best(id=ident, loss=float(row["loss"]), value=float(values(run, row["loss"])),
                 params={name: plain(row[name]) for name in run.space.names},
                 metrics=metrics, weights=weights if weights.is_file() else None)
 

@@ -33,6 +33,8 @@ MIGRATION_MODES = ("migration", "pollination")
 """``migration`` moves individuals to another island, ``pollination`` sends copies."""
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
+DIRECTIONS = ("minimize", "maximize")
+"""Whether the objective's value is a loss (lower is better) or a score (higher is better)."""
 
 
 class FrozenMap(Mapping[str, Any]):
@@ -63,6 +65,9 @@ class ObjectiveConfig:
     dimensions: int | None = None
     data_dir: str = ""
     options: Mapping[str, Any] = field(default_factory=lambda: FrozenMap({}), hash=False)
+    direction: str = "minimize"
+    """With ``maximize`` the search minimizes the negated value: the engine and the record's
+    ``loss`` column stay lower-is-better, and the views show the objective's own value."""
     config_dir: str = field(default="", compare=False)
     """The config file's directory, where a ``module:function`` objective may also live (not
     part of the recorded config: it is where the file was, not what it says)."""
@@ -238,7 +243,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _number(0.0, strict=True)}),
 }
-_OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options")
+_OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction")
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
 _DIMENSIONS = _integer(1)
 _DEFAULT_DIMENSIONS = 2
@@ -331,6 +336,8 @@ def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Spa
     name = _objective_name(raw.get("name", ObjectiveConfig.name))
     data_dir = _string(raw.get("data_dir", ""), "objective.data_dir")
     options = _freeze(_table(raw.get("options", {}), "objective.options"), "objective.options")
+    direction = _one_of(*DIRECTIONS)(raw.get("direction", ObjectiveConfig.direction),
+                                     "objective.direction")
     dimensions = raw.get("dimensions")
     if dimensions is not None:
         dimensions = _DIMENSIONS(dimensions, "objective.dimensions")
@@ -350,7 +357,7 @@ def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Spa
         raise ConfigError(f"space: missing; objective {name!r} needs [space.NAME] tables, "
                           "e.g. [space.lr] type = \"float\", low = 1e-4, high = 1e-1, log = true")
     dims = len(space) if is_builtin(name) else None
-    return ObjectiveConfig(name, dims, data_dir, options), space
+    return ObjectiveConfig(name, dims, data_dir, options, direction), space
 
 
 def builtin_space(name: str, dimensions: int) -> Space:
@@ -484,7 +491,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return {
         "seed": config.seed,
         "objective": {"name": objective.name, "data_dir": objective.data_dir,
-                      "options": _thaw(objective.options)},
+                      "options": _thaw(objective.options), "direction": objective.direction},
         "space": config.space.to_dict(),
         **{name: dataclasses.asdict(getattr(config, name)) for name in _SECTIONS},
     }

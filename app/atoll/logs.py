@@ -29,12 +29,34 @@ JOB_LOGGER = "atoll.job"
 
 
 def setup_logging(rank: int, verbose: bool = False) -> None:
+    """The console: rank 0 at INFO, other ranks' warnings; ``verbose`` (``--debug``): DEBUG
+    with full tracebacks, else a traceback is shortened to its last line (the rank's log file
+    keeps it whole: :func:`rank_log`)."""
     level = logging.DEBUG if verbose else logging.INFO if rank == 0 else logging.WARNING
-    logging.basicConfig(level=level, format=f"%(asctime)s [rank {rank}] %(levelname)s "
-                        "%(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
-    if rank != 0:
-        for handler in logging.getLogger().handlers:
+    logging.basicConfig(level=level, force=True)
+    fmt = f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s"
+    formatter = logging.Formatter(fmt, "%H:%M:%S") if verbose else _OneLine(fmt, "%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
+        if rank != 0:
             handler.addFilter(_not_the_jobs)
+
+
+class _OneLine(logging.Formatter):
+    """One console line per message: 200 failed individuals must not print 200 tracebacks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not record.exc_info or record.exc_info[1] is None:
+            return super().format(record)
+        saved = record.exc_info, record.exc_text
+        record.exc_info = record.exc_text = None
+        try:
+            line = super().format(record)
+        finally:
+            record.exc_info, record.exc_text = saved
+        error = saved[0][1]
+        text = (str(error).splitlines() or [""])[0]
+        return f"{line}: {type(error).__name__}: {text} (traceback in the rank's log file)"
 
 
 def _not_the_jobs(record: logging.LogRecord) -> bool:

@@ -30,10 +30,11 @@ class WorkerEvaluator:
     """Evaluates individuals in place (loss, status, error, started, finished) on one rank."""
 
     def __init__(self, objective: Objective, services: WorkerServices,
-                 eval_timeout: float = 0.0) -> None:
+                 eval_timeout: float = 0.0, maximize: bool = False) -> None:
         self.objective = objective
         self.services = services
         self.eval_timeout = eval_timeout
+        self.maximize = maximize  # the loss is then the negated value: the engine only minimizes
         self._shared = services.comm.Get_size() > 1  # a multi-rank worker
 
     @classmethod
@@ -48,13 +49,16 @@ class WorkerEvaluator:
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop)
-        return cls(objective, services, config.search.eval_timeout)
+        return cls(objective, services, config.search.eval_timeout,
+                   maximize=config.objective.direction == "maximize")
 
     def __call__(self, ind: Individual) -> None:
         ctx = self.services.context(ind.id, ind.params)
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)
+        if self.maximize and ind.status == Status.OK:
+            ind.loss = -ind.loss
         if self._shared:
             self._agree_on_failure(ind)
         ind.finished = time.time()

@@ -23,6 +23,24 @@ PREFERRED_METRICS = ("val_accuracy", "accuracy", "val_acc", "acc")
 """Shown beside the loss when the run names no main metric and one of these was reported."""
 
 
+def maximizing(run: RunData) -> bool:
+    """Whether the run's objective is a score to maximize: its recorded ``loss`` is then the
+    negated value (the engine only minimizes), and views show the value itself."""
+    objective = run.config_table.get("objective")
+    return isinstance(objective, dict) and objective.get("direction") == "maximize"
+
+
+def value_name(run: RunData) -> str:
+    """What views call the objective's result: ``loss``, or ``value`` for a maximized score."""
+    return "value" if maximizing(run) else "loss"
+
+
+def values(run: RunData, losses: np.ndarray) -> np.ndarray:
+    """The objective's own values of recorded losses (the same numbers when minimizing)."""
+    losses = np.asarray(losses, dtype=float)
+    return -losses if maximizing(run) else losses
+
+
 def usable(ind: np.ndarray) -> np.ndarray:
     """Mask of the individuals that count as results: status ok with a finite loss."""
     return (ind["status"] == int(Status.OK)) & np.isfinite(ind["loss"])
@@ -82,16 +100,16 @@ def shown_metrics(run: RunData) -> list[str]:
 
 
 def best_epochs(run: RunData, ids: Iterable[int] | None = None) -> dict[int, np.void]:
-    """Individual id -> the row of its best epoch: the epoch its loss came from (one of its
-    reported metrics equals the loss), else its lowest ``val_loss``, else its last. Only for
-    ``ids`` if given."""
+    """Individual id -> the row of its best epoch: the epoch its result came from (one of its
+    reported metrics equals the objective's value), else its lowest ``val_loss``, else its
+    last. Only for ``ids`` if given."""
     epochs = run.epochs
     if ids is not None:
         epochs = epochs[np.isin(epochs["individual"], list(ids))]
     if not len(epochs):
         return {}
-    losses = dict(zip(run.individuals["id"].tolist(), run.individuals["loss"].tolist(),
-                      strict=True))
+    losses = dict(zip(run.individuals["id"].tolist(),
+                      values(run, run.individuals["loss"]).tolist(), strict=True))
     names = [n for n in metric_names(epochs) if epochs.dtype[n].kind == "f"]
     order = np.argsort(epochs["individual"], kind="stable")
     ids, starts = np.unique(epochs["individual"][order], return_index=True)

@@ -15,7 +15,15 @@ from atoll.individual import Status
 from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.record.schema import MODE_NAMES
-from atoll.views.facts import best_epoch_values, failure_reasons, main_metric, ranked
+from atoll.views.facts import (
+    best_epoch_values,
+    failure_reasons,
+    main_metric,
+    maximizing,
+    ranked,
+    value_name,
+    values,
+)
 
 
 def describe(run: RunData, top: int = 10, metric: str | None = None) -> str:
@@ -92,13 +100,17 @@ def _best(run: RunData, top: int, metric: str) -> list[str]:
     best = ok[:top]
     names = ["id", "loss", "island", "worker", *run.space.names]
     rows = [[_cell(row[n]) for n in names] for row in best]
+    names[1] = value_name(run)
+    for row, value in zip(rows, values(run, best["loss"]), strict=True):
+        row[1] = _cell(value)
     if metric:
-        values = best_epoch_values(run, best["id"].tolist(), metric)
+        shown = best_epoch_values(run, best["id"].tolist(), metric)
         names.insert(2, metric)
-        for row, value in zip(rows, values, strict=True):
+        for row, value in zip(rows, shown, strict=True):
             row.insert(2, _cell(value))
     widths = [max(len(n), *(len(r[i]) for r in rows)) for i, n in enumerate(names)]
-    out = [f"Best {len(best)} of {len(ok)} ok:",
+    order = " (maximize: highest value first)" if maximizing(run) else ""
+    out = [f"Best {len(best)} of {len(ok)} ok{order}:",
            "  " + "  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
     out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return out

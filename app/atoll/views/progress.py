@@ -24,7 +24,7 @@ from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record import open_run, plain
 from atoll.record.claim import running
-from atoll.views.facts import best_epoch_values, main_metric
+from atoll.views.facts import best_epoch_values, main_metric, value_name, values
 from atoll.views.inspect import duration
 
 LIVE_REFRESH = 1.0  # seconds between redraws of the live view on a terminal
@@ -43,7 +43,8 @@ class Snapshot:
     failed: int
     this_job: int  # evaluations that spend the budget, newest job
     metric: str
-    best: dict[str, Any] = field(default_factory=dict)  # id, loss, metric value, params
+    objective: str = "loss"  # what the objective's result is called (facts.value_name)
+    best: dict[str, Any] = field(default_factory=dict)  # id, objective, metric value, params
     new_rows: list[dict[str, Any]] = field(default_factory=list)  # for --each: since `seen`
 
     @property
@@ -73,14 +74,16 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
     if len(ok):
         row = ok[int(np.argmin(ok["loss"]))]
         value = best_epoch_values(run, [int(row["id"])], metric)[0] if metric else math.nan
-        best = {"id": int(row["id"]), "loss": float(row["loss"]), "value": value,
+        best = {"id": int(row["id"]), "objective": float(values(run, row["loss"])),
+                "value": value,
                 "params": {name: plain(row[name]) for name in run.space.names}}
     new_rows = []
     if seen is not None:
         for row in ind[~np.isin(ind["id"], list(seen))] if seen else ind:
             seen.add(int(row["id"]))
             status = Status(int(row["status"])).name.lower()
-            new_rows.append({"id": int(row["id"]), "status": status, "loss": float(row["loss"]),
+            new_rows.append({"id": int(row["id"]), "status": status,
+                             "objective": float(values(run, row["loss"])),
                              "worker": int(row["worker"]), "error": plain(row["error"])})
     return Snapshot(
         job=job, job_start=start, job_stop=stop,
@@ -88,7 +91,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         budget=int(run.metadata.get("budget") or 0), completed=int(np.count_nonzero(counted)),
         failed=int(np.count_nonzero(ind["status"] == Status.FAILED)),
         this_job=int(np.count_nonzero(counted & (ind["born"] >= start))),
-        metric=metric, best=best, new_rows=new_rows)
+        metric=metric, objective=value_name(run), best=best, new_rows=new_rows)
 
 
 def line(snap: Snapshot) -> str:
@@ -105,11 +108,11 @@ def line(snap: Snapshot) -> str:
     return "[atoll] " + ", ".join(parts)
 
 
-def individual_line(row: dict[str, Any]) -> str:
-    """One finished individual (``-v``)."""
+def individual_line(row: dict[str, Any], objective: str = "loss") -> str:
+    """One finished individual (``-v``); ``objective`` names its result (loss or value)."""
     text = f"[atoll] individual {row['id']} (worker {row['worker']}): {row['status']}"
     if row["status"] == "ok":
-        return text + f", loss {row['loss']:.6g}"
+        return text + f", {objective} {row['objective']:.6g}"
     return text + (f": {row['error']}" if row["error"] else "")
 
 
@@ -139,7 +142,7 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
     else:
         def show(snap: Snapshot) -> None:
             for row in snap.new_rows:
-                print(individual_line(row), file=out)
+                print(individual_line(row, snap.objective), file=out)
             print(line(snap), file=out, flush=True)
     try:
         while True:
@@ -206,7 +209,7 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
 
 def _best(snap: Snapshot) -> str:
     best = snap.best
-    text = f"loss {best['loss']:.6g}"
+    text = f"{snap.objective} {best['objective']:.6g}"
     if snap.metric and math.isfinite(best["value"]):
         text += f" {snap.metric} {best['value']:.4g}"
     params = " ".join(f"{k}={_short(v)}" for k, v in best["params"].items())

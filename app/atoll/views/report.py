@@ -29,6 +29,8 @@ from atoll.views.facts import (
     ranked,
     shown_metrics,
     usable,
+    value_name,
+    values,
 )
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def top_table(run: RunData, top: int) -> Table:
     metrics = shown_metrics(run)
     best = best_epochs(run)
     counts = Counter(int(i) for i in run.epochs["individual"])
-    columns = ["id", "loss", *metrics]
+    columns = ["id", value_name(run), *metrics]
     if len(run.epochs):
         columns += ["best epoch", "epochs"]
     columns += ["duration (s)", "island", *run.space.names]
@@ -115,7 +117,7 @@ def top_table(run: RunData, top: int) -> Table:
     for row in ranked(run, top):
         ident = int(row["id"])
         epoch = best.get(ident)
-        cells: list[Any] = [ident, float(row["loss"])]
+        cells: list[Any] = [ident, float(values(run, row["loss"]))]
         cells += [float(epoch[m]) if epoch is not None else math.nan for m in metrics]
         if len(run.epochs):
             cells += [int(epoch["epoch"]) if epoch is not None else "", counts.get(ident, 0)]

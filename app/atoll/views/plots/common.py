@@ -17,9 +17,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from atoll.individual import Status
 from atoll.record.reader import RunData
+from atoll.views.facts import maximizing
 
 DPI = 100
 LOSS_LABEL = "loss (objective units, lower is better)"
+VALUE_LABEL = "value (objective units, higher is better)"
 STATUS_COLOURS = {Status.OK: "#4c72b0", Status.FAILED: "#d62728", Status.PRUNED: "#ff7f0e",
                   Status.INTERRUPTED: "#8c8c8c"}
 
@@ -53,11 +55,21 @@ def spans_decades(values: np.ndarray) -> bool:
         float(finite.max()) >= 10 * float(finite.min())
 
 
-def loss_axis(ax: Any, losses: np.ndarray) -> None:
+def objective_label(run: RunData) -> str:
+    """The axis label of the objective's results: a loss, or a maximized value."""
+    return VALUE_LABEL if maximizing(run) else LOSS_LABEL
+
+
+def running_best(run: RunData, values: np.ndarray) -> np.ndarray:
+    """The best value so far at each position (lowest, or highest when maximizing)."""
+    return np.maximum.accumulate(values) if maximizing(run) else np.minimum.accumulate(values)
+
+
+def loss_axis(ax: Any, losses: np.ndarray, label: str = LOSS_LABEL) -> None:
     if spans_decades(losses):
         finite = losses[np.isfinite(losses)]
         log_axis(ax, "y", float(finite.min()), float(finite.max()))
-    ax.set_ylabel(LOSS_LABEL)
+    ax.set_ylabel(label)
 
 
 def log_axis(ax: Any, which: str, low: float, high: float) -> None:

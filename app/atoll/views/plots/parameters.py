@@ -16,15 +16,15 @@ from matplotlib.ticker import MaxNLocator
 from atoll.individual import Status
 from atoll.record.reader import RunData
 from atoll.space import CategoricalParam, FloatParam, Param
-from atoll.views.facts import ranked, usable
+from atoll.views.facts import ranked, usable, value_name, values
 from atoll.views.plots.common import (
-    LOSS_LABEL,
     STATUS_COLOURS,
     Plot,
     dots,
     figure,
     log_axis,
     loss_axis,
+    objective_label,
     save,
     spans_decades,
 )
@@ -76,9 +76,10 @@ def _parameter_axis(ax: Any, param: Param) -> None:
 
 
 def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
-    title = "Loss against each parameter"
+    title = f"{value_name(run).capitalize()} against each parameter"
     ind = run.individuals
     good = usable(ind)
+    y = values(run, ind["loss"])
     if not good.any():
         return f"{title} (no evaluation finished with a finite loss)"
     params = run.space.params
@@ -95,20 +96,20 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
     scatter = None
     for ax, param in zip(axes, params, strict=False):
         x = _positions(param, ind[param.name], rng)
-        scatter = ax.scatter(x[good], ind["loss"][good], c=order[good], cmap="viridis",
+        scatter = ax.scatter(x[good], y[good], c=order[good], cmap="viridis",
                              norm=norm, linewidths=0, **dots(len(ind)))
-        ax.scatter([x[best]], [ind["loss"][best]], marker="*", s=160, color="gold",
+        ax.scatter([x[best]], [y[best]], marker="*", s=160, color="gold",
                    edgecolors="black", linewidths=0.8, zorder=3, label="best")
         if failed.any():
             ax.scatter(x[failed], np.full(int(failed.sum()), 0.96), marker="x", s=18,
                        color=STATUS_COLOURS[Status.FAILED], transform=ax.get_xaxis_transform(),
-                       clip_on=False, label="failed (no loss; in the band at the top)")
+                       clip_on=False, label="failed (no result; in the band at the top)")
         _parameter_axis(ax, param)
         ax.grid(True, alpha=0.3)
     for ax in grid[:, 0]:
-        loss_axis(ax, ind["loss"][good])
+        loss_axis(ax, y[good], objective_label(run))
     if failed.any():
-        _headroom(grid[0, 0], ind["loss"][good])
+        _headroom(grid[0, 0], y[good])
     for ax in axes[len(params):]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -121,8 +122,9 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
         bar.update_ticks()
     fig.suptitle(title)
     return save(fig, out / "parameters.png", title,
-                 "Each evaluation's loss against each parameter value, coloured by when it "
-                 "finished; log axes for log-scale parameters, jittered strips for choices.")
+                 f"Each evaluation's {value_name(run)} against each parameter value, coloured "
+                 "by when it finished; log axes for log-scale parameters, jittered strips for "
+                 "choices.")
 
 
 def _headroom(ax: Any, losses: np.ndarray) -> None:
@@ -147,15 +149,15 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     ax = fig.subplots()
     columns = []
     for x, param in zip(xs, params, strict=False):
-        values = [_value(param, v) for v in shown[param.name]]
-        scale = _AxisScale(param, values)
-        columns.append([scale.position(v) for v in values])
-        for value in scale.ticks(values):
+        points = [_value(param, v) for v in shown[param.name]]
+        scale = _AxisScale(param, points)
+        columns.append([scale.position(v) for v in points])
+        for value in scale.ticks(points):
             label = f"{value:.3g}" if isinstance(value, float) else str(value)
             ax.text(x - 0.04, scale.position(value), label, ha="right", va="center",
                     fontsize="small", zorder=4,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 1, "alpha": 0.8})
-    losses = shown["loss"].astype(float)
+    losses = values(run, shown["loss"])
     log = spans_decades(losses)
     lo, hi = float(losses.min()), float(losses.max())
     if hi > lo:
@@ -164,7 +166,7 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
         scaled = np.full(len(losses), 0.5)
     ys = np.column_stack([*columns, scaled])
     norm = LogNorm(lo, hi) if log and hi > lo else Normalize(lo, hi if hi > lo else lo + 1)
-    order = np.argsort(-losses, kind="stable")  # the best drawn last, on top
+    order = np.argsort(-shown["loss"], kind="stable")  # the best drawn last, on top
     colours = colormaps["viridis"](norm(losses[order]))
     many = len(shown) > 200
     if many:  # thin and faint, but the best 50 stay strong on top
@@ -176,19 +178,19 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     ax.add_collection(lines)
     _loss_ticks(ax, xs[-1], lo, hi, log)
     ax.vlines(xs, 0, 1, color="black", linewidth=0.8)
-    ax.set_xticks(xs, [p.name for p in params] + ["loss"])
+    ax.set_xticks(xs, [p.name for p in params] + [value_name(run)])
     ax.set_xlim(-0.45, xs[-1] + 0.45)
     ax.set_ylim(-0.04, 1.04)
     ax.set_yticks([])
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
-    fig.colorbar(ScalarMappable(norm, "viridis"), ax=ax, label=LOSS_LABEL, shrink=0.8,
+    fig.colorbar(ScalarMappable(norm, "viridis"), ax=ax, label=objective_label(run), shrink=0.8,
                  aspect=25)
     fig.suptitle(f"Parallel coordinates: the best {len(shown)} of {len(best)} ok evaluations")
     return save(fig, out / "parallel.png", title,
                  "The best quarter of the ok evaluations (at least 5): each line is one "
-                 "individual's parameters and loss. A numeric axis spans the values these "
-                 "individuals have (log-aware), a categorical one all its choices.")
+                 f"individual's parameters and {value_name(run)}. A numeric axis spans the "
+                 "values these individuals have (log-aware), a categorical one all its choices.")
 
 
 class _AxisScale:

@@ -8,24 +8,37 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from atoll.record.reader import RunData
-from atoll.views.facts import LOSS_METRIC, best_epochs, metric_names, ranked, usable
+from atoll.views.facts import (
+    LOSS_METRIC,
+    best_epochs,
+    maximizing,
+    metric_names,
+    ranked,
+    usable,
+    value_name,
+    values,
+)
 from atoll.views.plots.common import (
     Plot,
     dots,
     figure,
     island_colour,
     loss_axis,
+    objective_label,
     run_start,
+    running_best,
     save,
     time_unit,
 )
 
 
 def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
-    title = "Best loss so far, per island"
+    name = value_name(run)
+    title = f"Best {name} so far, per island"
     ind = run.individuals[np.isfinite(run.individuals["finished"])]
     ind = ind[np.argsort(ind["finished"], kind="stable")]
     good = usable(ind)
+    y = values(run, ind["loss"])
     if not good.any():
         return f"{title} (no evaluation finished with a finite loss)"
     count = np.arange(1, len(ind) + 1)
@@ -34,7 +47,7 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
     elapsed = (ind["finished"] - t0) / divisor
     fig = figure(12, 5.0)
     axes = fig.subplots(1, 2, sharey=True)
-    overall = np.minimum.accumulate(np.where(good, ind["loss"], np.inf))
+    overall = running_best(run, np.where(good, y, -np.inf if maximizing(run) else np.inf))
     shown = np.isfinite(overall)
     for ax, x, xlabel in ((axes[0], count, "evaluations finished (whole run)"),
                           (axes[1], elapsed, f"wall time since the run began ({unit})")):
@@ -45,22 +58,23 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
         for island in np.unique(ind["island"]):
             on = (ind["island"] == island) & good
             colour = island_colour(int(island))
-            ax.scatter(x[on], ind["loss"][on], color=colour, linewidths=0, **dots(len(ind)),
+            ax.scatter(x[on], y[on], color=colour, linewidths=0, **dots(len(ind)),
                        zorder=2)
-            best = np.minimum.accumulate(ind["loss"][on])
+            best = running_best(run, y[on])
             ax.step(np.append(x[on], x[-1]), np.append(best, best[-1]), where="post",
                     color=colour, linewidth=1.6, zorder=3,
                     label=f"island {int(island)}: best so far (dots: its evaluations)")
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    loss_axis(axes[0], ind["loss"][good])
+    loss_axis(axes[0], y[good], objective_label(run))
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3),
                fontsize="small", frameon=False)
     fig.suptitle(title)
+    best_found = "Highest value" if maximizing(run) else "Lowest loss"
     return save(fig, out / "best_loss.png", title,
-                 "Lowest loss found so far against the number of evaluations finished and "
+                 f"{best_found} found so far against the number of evaluations finished and "
                  "against wall time; dots are single evaluations, coloured by island.")
 
 
@@ -95,7 +109,7 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
         for ax, metric in zip(axes, metrics, strict=True):
             ax.plot(rows["epoch"], rows[metric], marker="o", markersize=3, color=colour,
                     linewidth=2.4 if rank == 0 else 1.2, zorder=3 if rank == 0 else 2,
-                    label=f"#{ident} (loss {float(row['loss']):.4g})")
+                    label=f"#{ident} ({value_name(run)} {float(values(run, row['loss'])):.4g})")
             mark = marks.get(ident)
             if mark is not None and np.isfinite(mark[metric]):
                 ax.plot([mark["epoch"]], [mark[metric]], marker="o", markersize=9,
