@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from atoll.job.doctor import FAIL, OK, WARN, Row, gpu_rows, lock_rows, ranks_text, render
+from atoll.job.doctor_checks import FAIL, OK, WARN, Row, gpu_rows, lock_rows, ranks_text, render
 from conftest import MPIRUN, ROOT, atoll_cmd, mpi_env, mpirun_cmd, run
 
 SPHERE = str(ROOT / "examples" / "sphere.toml")

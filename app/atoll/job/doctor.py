@@ -1,10 +1,10 @@
 """``atoll doctor``: a preflight of an allocation, launched exactly like the search will be.
 
-Each check is a small function that returns table rows. :func:`run_doctor` gathers what each
-rank sees, runs the collective checks (every error becomes a failed row, never an exception that
-would leave the other ranks waiting), and rank 0 renders the table. Every rank returns the same
-exit code: 0 ready (warnings allowed), 2 a check failed, i.e. the search as configured would fail
-here (the code Atoll uses for every "bad input").
+Each check is a small function that returns table rows (:mod:`atoll.job.doctor_checks`).
+:func:`run_doctor` gathers what each rank sees, runs the collective checks (every error becomes
+a failed row, never an exception that would leave the other ranks waiting), and rank 0 renders
+the table. Every rank returns the same exit code: 0 ready (warnings allowed), 2 a check failed,
+i.e. the search as configured would fail here (the code Atoll uses for every "bad input").
 """
 
 from __future__ import annotations
@@ -15,261 +15,33 @@ import shutil
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atoll.config import Config
 from atoll.engine.topology import Layout, build_topology
-from atoll.errors import AtollError
-from atoll.job.plan import job_layout, run_budget
+from atoll.job.doctor_checks import (
+    EXIT_READY,
+    EXIT_WOULD_FAIL,
+    FAIL,
+    LOCK_VARIABLE,
+    SKIP,
+    Report,
+    Row,
+    cpu_rows,
+    gpu_rows,
+    group_rows,
+    layout_rows,
+    lock_rows,
+    mpi_rows,
+    render,
+    space_rows,
+)
 
 if TYPE_CHECKING:
     from mpi4py import MPI
-
-OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
-EXIT_READY = 0
-EXIT_WOULD_FAIL = 2
-LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
-WORKER_FILE_BASE = 128 * 1024
-"""Bytes of a worker file before its first row beyond the first chunk of each table (measured
-with h5py 3.16: an empty 2-parameter worker file is 159 KiB, 52 KiB of it the individuals chunk)."""
-ROW_OVERHEAD = 1.4
-"""Worker-file bytes per recorded individual over the row's size (measured: 1.32 at 5,000 rows)."""
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the table: what was checked, how it went, and what to do about it."""
-
-    check: str
-    status: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Report:
-    """What rank 0 prints, and the exit code every rank returns."""
-
-    rows: tuple[Row, ...]
-    exit_code: int
-    text: str = ""
-
-
-# --- pure checks: facts in, rows out --------------------------------------------------------
-
-def ranks_text(ranks: Sequence[int]) -> str:
-    """``0-3, 8, 10-11``: consecutive ranks as ranges; long lists shortened in the middle."""
-    parts: list[str] = []
-    for rank in sorted(ranks):
-        if parts and parts[-1].split("-")[-1] == str(rank - 1):
-            parts[-1] = f"{parts[-1].split('-')[0]}-{rank}"
-        else:
-            parts.append(str(rank))
-    return ", ".join(parts if len(parts) <= 8 else [*parts[:3], "...", *parts[-2:]])
-
-
-def mpi_rows(nodes: Sequence[str], library: str) -> list[Row]:
-    """Ranks and where they run (``nodes[rank]``: the SLURM node name, else the host name)."""
-    by_node: dict[str, list[int]] = defaultdict(list)
-    for rank, node in enumerate(nodes):
-        by_node[node].append(rank)
-    hosts = [f"{node}: ranks {ranks_text(ranks)}" for node, ranks in by_node.items()]
-    if len(hosts) > 6:
-        hosts = [*hosts[:5], f"... and {len(hosts) - 5} more hosts"]
-    return [Row("MPI", OK, f"{library}; {len(nodes)} rank(s) on {len(by_node)} host(s)"),
-            Row("hosts", OK, "; ".join(hosts))]
-
-
-def layout_rows(config: Config, world_size: int) -> tuple[Layout | None, list[Row]]:
-    """The workers, islands and leaders this config gets on this many ranks."""
-    search = config.search
-    try:
-        layout = job_layout(config, world_size)
-    except AtollError as exc:
-        return None, [Row("layout", FAIL, str(exc))]
-    lowered = [Row("islands", WARN, f"search.islands={search.islands} is more than the "
-                                    f"{layout.workers} worker(s): the search runs "
-                                    f"{layout.islands}")] if layout.islands < search.islands \
-        else []
-    leaders = [w * layout.ranks_per_worker for w in range(layout.workers)]
-    islands = "; ".join(f"island {i}: workers {ranks_text(layout.workers_on_island(i))}"
-                        for i in range(min(layout.islands, 4)))
-    if layout.islands > 4:
-        islands += f"; ... ({layout.islands} islands)"
-    budget = run_budget(config, layout.workers)
-    capped = ", capped by search.max_evaluations" if search.max_evaluations else ""
-    how = "search.evaluations" if search.evaluations else \
-        f"{search.generations} per worker x {layout.workers} workers{capped}"
-    return layout, [*lowered,
-        Row("layout", OK, f"{layout.workers} worker(s) of {layout.ranks_per_worker} rank(s), "
-                          f"{layout.islands} island(s); leaders: ranks {ranks_text(leaders)}; "
-                          f"{islands}"),
-        Row("budget", OK, f"{budget} evaluations ({how}) for a new run")]
-
-
-def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
-    """Which GPU each rank will use; two ranks of one host on one GPU is an error.
-
-    A view per rank: ``rank``, ``node``, ``visible`` (CUDA_VISIBLE_DEVICES or None), ``count``
-    (devices torch sees; None without torch), ``device`` (the index this rank will use, None
-    for a CPU run), ``uuid`` and ``name`` of that device (None if unknown).
-    """
-    using = [v for v in views if v["device"] is not None]
-    if not using:
-        granted = [v for v in views if v.get("visible")]
-        if granted:
-            return [Row("GPUs", WARN, f"CUDA_VISIBLE_DEVICES is set on {len(granted)} rank(s) "
-                                      f"(rank {granted[0]['rank']}: {granted[0]['visible']!r}) "
-                                      "but torch uses no CUDA device there: a CPU run (gloo)")]
-        return [Row("GPUs", OK, "none visible: a CPU run (gloo)")]
-    holders: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for v in using:
-        holders[(v["node"], v["uuid"] or _physical(v))].append(v["rank"])
-    rows = [Row("GPUs", FAIL, f"ranks {ranks_text(ranks)} on {node} share GPU {gpu}: give each "
-                              "rank its own GPU (one task per GPU, every GPU of the node "
-                              "visible to each task, or --gpus-per-task=1)")
-            for (node, gpu), ranks in holders.items() if len(ranks) > 1]
-    idle = [v["rank"] for v in views if v["device"] is None]
-    if idle:
-        rows.append(Row("GPUs", WARN, f"ranks {ranks_text(idle)} see no GPU while others do"))
-    by_node: dict[str, list[str]] = defaultdict(list)
-    for v in using:
-        by_node[v["node"]].append(f"{v['rank']}->cuda:{v['device']}")
-    names = sorted({v["name"] for v in using if v.get("name")})
-    mapping = "; ".join(f"{node}: {', '.join(items)}" for node, items in by_node.items())
-    rows.append(Row("GPUs", OK if not rows else WARN,
-                    f"{len(using)} rank(s) on GPUs ({', '.join(names) or 'unknown model'}); "
-                    f"rank->device: {mapping}"))
-    return rows
-
-
-def _physical(view: dict[str, Any]) -> str:
-    """A device's identity without a UUID: its entry in CUDA_VISIBLE_DEVICES, else its index."""
-    visible = [d for d in (view.get("visible") or "").split(",") if d]
-    index = view["device"]
-    return visible[index] if index < len(visible) else str(index)
-
-
-def cpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
-    """Threads per rank against the CPUs the ranks of each host may run on."""
-    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for v in views:
-        by_node[v["node"]].append(v)
-    rows = []
-    for node, ranks in by_node.items():
-        cpus = set().union(*(set(v["cpus"]) for v in ranks))
-        threads = sum(v["threads"] for v in ranks)
-        bound = sum(len(v["cpus"]) for v in ranks) == len(cpus)
-        omp = {v["omp"] for v in ranks}
-        detail = (f"{node}: {len(ranks)} rank(s), {threads} thread(s) in all "
-                  f"(OMP_NUM_THREADS={'/'.join(sorted(str(o) for o in omp))}), {len(cpus)} CPUs; "
-                  f"{'each rank on its own CPUs' if bound else 'ranks share their CPUs'}")
-        if threads > len(cpus):
-            rows.append(Row("CPU threads", WARN, detail + ": more threads than CPUs (set "
-                                                         "OMP_NUM_THREADS to the CPUs per task)"))
-        else:
-            rows.append(Row("CPU threads", OK, detail))
-    return rows[:4] + ([Row("CPU threads", OK, f"... {len(rows) - 4} more hosts")]
-                       if len(rows) > 4 else [])
-
-
-def group_rows(probes: Sequence[dict[str, Any]]) -> list[Row]:
-    """The torch process group of each worker: built or not, and how fast."""
-    failed = [p for p in probes if p["error"]]
-    rows = [Row("process group", FAIL, f"worker {p['worker']} (ranks {ranks_text(p['ranks'])}): "
-                                       f"{p['error']}") for p in failed[:4]]
-    if len(failed) > 4:
-        rows.append(Row("process group", FAIL, f"... and {len(failed) - 4} more workers"))
-    good = [p for p in probes if not p["error"]]
-    if good:
-        build = [p["build"] for p in good]
-        reduce_ms = [p["all_reduce"] * 1e3 for p in good]
-        slowest = max(good, key=lambda p: p["build"])
-        backends = ", ".join(sorted({p["backend"] for p in good}))
-        rows.append(Row("process group", OK,
-                        f"{backends}: {len(good)} worker group(s) built in "
-                        f"{min(build):.2f}-{max(build):.2f} s (slowest: worker "
-                        f"{slowest['worker']}), all_reduce {min(reduce_ms):.2f}-"
-                        f"{max(reduce_ms):.2f} ms (median of 10)"))
-    return rows
-
-
-def lock_rows(outcome: dict[str, Any]) -> list[Row]:
-    """HDF5 locking in the run directory's filesystem, as the search uses it."""
-    where, env = outcome["dir"], outcome["env"]
-    setting = f" ({LOCK_VARIABLE}={env})" if env is not None else ""
-    if outcome["create_error"]:
-        if "lock" in outcome["create_error"].lower():
-            return [Row("HDF5 locking", FAIL,
-                        f"{where}: this filesystem refuses file locks "
-                        f"({outcome['create_error']}); the search could not open run.h5: set "
-                        f"{LOCK_VARIABLE}=FALSE for the job (and run one job per run directory "
-                        "at a time)")]
-        return [Row("HDF5 locking", FAIL, f"{where}: cannot create a file "
-                                          f"({outcome['create_error']}); choose a writable run "
-                                          "directory")]
-    second = outcome["second"]
-    if outcome["refused"]:
-        return [Row("HDF5 locking", OK, f"honoured in {where}: a second open from {second} was "
-                                        f"refused{setting}, so a second job on a run is refused")]
-    if env is not None and env.upper() in ("FALSE", "0"):
-        return [Row("HDF5 locking", OK, f"off{setting} in {where}: fine for the search; nothing "
-                                        "stops two jobs on one run directory, so chain them")]
-    if outcome["probe_error"]:
-        return [Row("HDF5 locking", WARN, f"{where}: the second open from {second} failed "
-                                          f"otherwise ({outcome['probe_error']})")]
-    return [Row("HDF5 locking", WARN, f"not honoured in {where}: a second open from {second} "
-                                      f"succeeded{setting}; nothing stops two jobs on one run: set "
-                                      f"{LOCK_VARIABLE}=FALSE and chain jobs")]
-
-
-def space_rows(config: Config, layout: Layout, where: Path, free: int) -> list[Row]:
-    """Free space against an estimate of the run's record (not of model weights or epochs)."""
-    from atoll.record.schema import individual_dtype
-
-    budget = run_budget(config, layout.workers)
-    row = individual_dtype(config.space).itemsize
-    worker_files = layout.workers * (WORKER_FILE_BASE + 512 * row) + budget * row * ROW_OVERHEAD
-    results = 32 * 1024 + budget * row
-    need = int(16 * 1024 + worker_files + 2 * results)  # results.h5 is written beside itself
-    detail = (f"{_size(free)} free in {where}; the record needs about {_size(need)} (an "
-              f"estimate: {budget} individuals of {row} B in worker files and results.h5, "
-              f"which is rewritten beside itself; not counted: epoch rows and model weights, "
-              f"record.top_models={config.record.top_models} x your network)")
-    status = FAIL if free < need else WARN if free < 2 * need else OK
-    return [Row("disk space", status, detail if status != FAIL else
-                detail + ": free some space or choose another run directory")]
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover - unreachable
-
-
-def render(rows: Sequence[Row], header: str, width: int = 100) -> str:
-    """The table a person reads: one row per finding, long details wrapped under themselves."""
-    name = max(len("check"), *(len(r.check) for r in rows))
-    indent = " " * (name + 10)
-    lines = [header, f"{'check':<{name}}  status  detail", f"{'-' * name}  ------  " +
-             "-" * (width - name - 10)]
-    for r in rows:
-        wrapped = textwrap.wrap(r.detail, width - name - 10, break_on_hyphens=False) or [""]
-        lines.append(f"{r.check:<{name}}  {r.status:<6}  {wrapped[0]}")
-        lines.extend(indent + more for more in wrapped[1:])
-    failed = sum(r.status == FAIL for r in rows)
-    warned = sum(r.status == WARN for r in rows)
-    verdict = (f"{failed} check(s) failed: the search would fail here (exit {EXIT_WOULD_FAIL})"
-               if failed else f"ready ({warned} warning(s); exit {EXIT_READY})")
-    return "\n".join([*lines, "", verdict])
-
 
 # --- what each rank sees ------------------------------------------------------------------
 
