@@ -135,6 +135,55 @@ def worker_of_another_space(s: Setup) -> Placeholders:
     return None
 
 
+def _set_attr(path: Path, name: str, value: Any, table: str = "") -> None:
+    with h5py.File(path, "r+") as f:
+        (f[table] if table else f).attrs[name] = value
+
+
+def worker_rows_negative(s: Setup) -> Placeholders:
+    existing_run(s)
+    _set_attr(s.run_dir / "workers" / "job000-worker00000.h5", "rows", -1, "individuals")
+    return None
+
+
+def jobs_rows_huge(s: Setup) -> Placeholders:
+    existing_run(s)
+    _set_attr(s.run_dir / "run.h5", "rows", 10**6, "jobs")
+    return None
+
+
+def budget_not_a_count(s: Setup) -> Placeholders:
+    existing_run(s)
+    _set_attr(s.run_dir / "run.h5", "budget", "lots")
+    return None
+
+
+def run_file_without_jobs(s: Setup) -> Placeholders:
+    existing_run(s)
+    with h5py.File(s.run_dir / "run.h5", "r+") as f:
+        del f["jobs"]
+    (s.run_dir / "results.h5").unlink()  # else inspect reads the run from it
+    return None
+
+
+def run_file_is(kind: str) -> Callable[[Setup], Placeholders]:
+    def setup(s: Setup) -> Placeholders:
+        existing_run(s)
+        (s.run_dir / "run.h5").unlink()
+        if kind == "directory":
+            (s.run_dir / "run.h5").mkdir()
+        else:
+            os.mkfifo(s.run_dir / "run.h5")
+        return None
+
+    return setup
+
+
+def dangling_link(s: Setup) -> Placeholders:
+    s.run_dir.symlink_to(s.tmp / "purged" / "run")
+    return None
+
+
 def broken_module(s: Setup) -> Placeholders:
     (s.tmp / "mods" / "broken_objective.py").write_text("RATE = 1 / 0\n")
     return None
@@ -451,6 +500,52 @@ CASES = [
          "atoll: error: {run_dir}/workers/job000-worker00000.h5: its search space differs from "
          "run.h5's: space.x1.high is 1.0 in the worker file, 5.12 in run.h5; move it out of "
          "{run_dir}/workers to resume without its rows", setup=worker_of_another_space),
+    Case("worker_rows_negative", RESUME,
+         "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals' claims "
+         "'-1' committed rows but holds 4: the file is damaged; restore it from a backup, or "
+         "move it out of the run directory", setup=worker_rows_negative),
+    Case("worker_rows_negative_inspect", INSPECT,
+         "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals' claims "
+         "'-1' committed rows but holds 4: the file is damaged; restore it from a backup, or "
+         "move it out of the run directory", setup=worker_rows_negative),
+    Case("jobs_rows_huge", RESUME + ("--set", "search.evaluations=8"),
+         "atoll: error: {run_dir}/run.h5: table 'jobs' claims '1000000' committed rows but "
+         "holds 1: the file is damaged; restore it from a backup, or move it out of the run "
+         "directory", setup=jobs_rows_huge),
+    Case("budget_not_a_count", RESUME,
+         "atoll: error: {run_dir}/run.h5: attribute 'budget' is 'lots', not a count: the file "
+         "is damaged; restore it from a backup", setup=budget_not_a_count),
+    Case("budget_not_a_count_inspect", INSPECT,
+         "atoll: error: {run_dir}/run.h5: attribute 'budget' is 'lots', not a count: the file "
+         "is damaged; restore it from a backup", setup=budget_not_a_count),
+    Case("run_file_without_jobs_inspect", INSPECT,
+         "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
+         "object (object 'jobs' doesn't exist)\"); restore it from a backup",
+         setup=run_file_without_jobs),
+    Case("run_file_is_a_directory", RESUME,
+         "atoll: error: {run_dir}/run.h5: is a directory, not an HDF5 file; restore it from a "
+         "backup, or start a new run directory", setup=run_file_is("directory")),
+    Case("run_file_is_a_fifo", RESUME,
+         "atoll: error: {run_dir}/run.h5: is a FIFO (named pipe), not an HDF5 file; restore it "
+         "from a backup, or start a new run directory", setup=run_file_is("fifo")),
+    Case("run_dir_is_a_dangling_link", SEARCH_SLOW,
+         "atoll: error: {run_dir}: is a symbolic link to {tmp}/purged/run, which does not "
+         "exist; create that directory or remove the link", setup=dangling_link),
+    # counts and sizes beyond what a run can hold
+    Case("generations_beyond_the_limit", SEARCH_SLOW + ("--set",
+                                                        "search.generations=4611686018427387904"),
+         "atoll: error: search.generations: expected an integer <= 1,000,000,000,000, got "
+         "4,611,686,018,427,387,904"),
+    Case("budget_beyond_the_limit", SEARCH_SLOW + ("--set", "search.generations=400000000000"),
+         "atoll: error: search.generations: 400,000,000,000 per worker x 3 workers is a budget "
+         "of 1,200,000,000,000, more than the 1,000,000,000,000 a run may have; lower it or set "
+         "search.evaluations", ranks=3),
+    Case("space_too_large_for_hdf5", SEARCH,
+         "atoll: error: space: 1100 parameters (4,390 characters of names) are more than an HDF5 "
+         "table's columns can describe (about 1,000 short-named ones fit; Unable to "
+         "synchronously create dataset (object header message is too large)); use fewer "
+         "parameters or shorter names",
+         toml='[objective]\nname = "sphere"\ndimensions = 1100\n'),
     # file systems that refuse writes
     Case("read_only_new_run_dir", SEARCH_SLOW,
          "atoll: error: {run_dir}: cannot write ({why}); choose a writable directory",
@@ -482,9 +577,19 @@ def snapshot(path: Path) -> dict[str, str] | None:
     if not os.path.lexists(path):
         return None
     if not path.is_dir():
-        return {".": hashlib.sha256(path.read_bytes()).hexdigest()}
-    return {str(p.relative_to(path)): "dir" if p.is_dir() else
-            hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*"))}
+        return {".": _entry(path)}
+    return {str(p.relative_to(path)): _entry(p) for p in sorted(path.rglob("*"))}
+
+
+def _entry(path: Path) -> str:
+    """A file's sha256; what a directory, link or FIFO is (reading a FIFO would block)."""
+    if path.is_symlink():
+        return f"link to {os.readlink(path)}"
+    if path.is_dir():
+        return "dir"
+    if not path.is_file():
+        return "not a regular file"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")

@@ -191,3 +191,23 @@ def test_an_objective_module_beside_the_config_needs_no_pythonpath(tmp_path):
     done = run([str(BIN / "atoll"), "search", "--config", str(tmp_path / "elsewhere.toml"),
                 "--run-dir", str(tmp_path / "r2"), "-q"], cwd=folder, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_toml_dates_in_options_reach_the_objective_as_text_and_a_rerun_continues(tmp_path):
+    """The record keeps the config as JSON, which has no dates: a date reaches ctx.options as
+    ISO 8601 text, the same in the first run and in a rerun of the same file (once refused as
+    a different search)."""
+    config = tmp_path / "dated.toml"
+    config.write_text('[objective]\nname = "objectives:slow_sphere"\n'
+                      "[objective.options]\nsleep = 0.0\nsnapshot = 2026-11-23\n"
+                      "at = 2026-11-23T10:00:00Z\n"
+                      '[space.x0]\ntype = "float"\nlow = -1.0\nhigh = 1.0\n'
+                      "[search]\ngenerations = 3\n")
+    run_dir = tmp_path / "run"
+    for _ in range(2):
+        done = run(atoll_cmd("search", "--config", str(config), "--run-dir", str(run_dir), "-q"))
+        assert done.returncode == 0, done.stderr
+    options = open_run(run_dir).config_table["objective"]["options"]
+    assert options["snapshot"] == "2026-11-23"
+    assert options["at"] == "2026-11-23T10:00:00+00:00"
+    assert atoll.load_config(config).objective.options["snapshot"] == "2026-11-23"

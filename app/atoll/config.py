@@ -161,12 +161,19 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _integer(minimum: int) -> Check:
+MAX_EVALUATIONS = 10**12
+"""The largest budget a run may have: ids (``next id + generation x workers + worker``) stay
+far inside int64, and a typo such as ``generations = 4611686018427387904`` is refused."""
+MAX_COUNT = 10**6
+"""The largest islands, ranks per worker, population, migrants, tournament or kept models."""
+
+
+def _integer(minimum: int, maximum: int = INT64_MAX) -> Check:
     def check(value: Any, key: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(f"{key}: expected an integer >= {minimum}, got {_show(value)}")
-        if value > INT64_MAX:
-            raise ConfigError(f"{key}: expected an integer <= {INT64_MAX}, got {value}")
+        if value > maximum:
+            raise ConfigError(f"{key}: expected an integer <= {maximum:,}, got {value:,}")
         return value
 
     return check
@@ -218,7 +225,7 @@ def _one_of(*options: str) -> Check:
 
 def _population_size(value: Any, key: str) -> int:
     """0 means "2 x the island's workers"; otherwise crossover needs at least two parents."""
-    size = _integer(0)(value, key)
+    size = _integer(0, MAX_COUNT)(value, key)
     if size == 1:
         raise ConfigError(f"{key}: expected 0 (2 x the workers of an island) or >= 2, got 1")
     return size
@@ -228,18 +235,19 @@ def _population_size(value: Any, key: str) -> int:
 
 _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "search": (SearchConfig, {
-        "evaluations": _integer(0), "generations": _integer(1), "max_evaluations": _integer(0),
-        "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1),
-        "islands": _integer(1), "eval_timeout": _number(0.0, strict=False)}),
+        "evaluations": _integer(0, MAX_EVALUATIONS), "generations": _integer(1, MAX_EVALUATIONS),
+        "max_evaluations": _integer(0, MAX_EVALUATIONS),
+        "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1, MAX_COUNT),
+        "islands": _integer(1, MAX_COUNT), "eval_timeout": _number(0.0, strict=False)}),
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
-        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2)}),
+        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2, MAX_COUNT)}),
     "migration": (MigrationConfig, {
         "mode": _one_of(*MIGRATION_MODES), "probability": _probability,
-        "migrants": _integer(1)}),
+        "migrants": _integer(1, MAX_COUNT)}),
     "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True),
-                              "top_models": _integer(0)}),
+                              "top_models": _integer(0, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _number(0.0, strict=True)}),
 }
@@ -310,7 +318,8 @@ _TOML_SCALARS = (str, int, float, bool, datetime.date, datetime.time)  # datetim
 
 
 def _freeze(value: Any, key: str) -> Any:
-    """A read-only deep copy of TOML data: tables become mapping proxies, arrays tuples."""
+    """A read-only deep copy of TOML data: tables become FrozenMaps, arrays tuples, dates and
+    times ISO 8601 strings."""
     if isinstance(value, Mapping):
         return FrozenMap(
             {str(k): _freeze(v, key_path(key, str(k))) for k, v in value.items()})
@@ -318,6 +327,10 @@ def _freeze(value: Any, key: str) -> Any:
         return tuple(_freeze(v, f"{key}[{i}]") for i, v in enumerate(value))
     if not isinstance(value, _TOML_SCALARS):
         raise ConfigError(f"{key}: {_show(value)} is not a TOML value")
+    if isinstance(value, (datetime.date, datetime.time)):
+        # As ISO 8601 text: the run's record stores its config as JSON, which has no dates, and a
+        # rerun or resume must see the very same options.
+        return value.isoformat()
     return value
 
 

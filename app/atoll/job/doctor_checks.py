@@ -75,6 +75,7 @@ def layout_rows(config: Config, world_size: int) -> tuple[Layout | None, list[Ro
     search = config.search
     try:
         layout = job_layout(config, world_size)
+        budget = run_budget(config, layout.workers)
     except AtollError as exc:
         return None, [Row("layout", FAIL, str(exc))]
     lowered = [Row("islands", WARN, f"search.islands={search.islands} is more than the "
@@ -86,7 +87,6 @@ def layout_rows(config: Config, world_size: int) -> tuple[Layout | None, list[Ro
                         for i in range(min(layout.islands, 4)))
     if layout.islands > 4:
         islands += f"; ... ({layout.islands} islands)"
-    budget = run_budget(config, layout.workers)
     capped = ", capped by search.max_evaluations" if search.max_evaluations else ""
     how = "search.evaluations" if search.evaluations else \
         f"{search.generations} per worker x {layout.workers} workers{capped}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from atoll import record
-from atoll.config import Config, apply_overrides, config_to_dict, parse_config
+from atoll.config import MAX_EVALUATIONS, Config, apply_overrides, config_to_dict, parse_config
 from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError
@@ -59,6 +59,7 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
         changed = config.search.evaluations not in (0, stored)
         return _continue(paths, config, world_size,
                          config.search.evaluations if changed else info.budget, changed)
+    record.check_record_fits(config.space)
     record.check_new_run_dir(paths)
     layout = job_layout(config, world_size)
     return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
@@ -95,8 +96,14 @@ def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: i
 def run_budget(config: Config, workers: int) -> int:
     """The evaluations a new run completes: ``search.evaluations`` if set, else generations
     per worker of its first job; capped by ``search.max_evaluations`` if set."""
-    total = config.search.evaluations or config.search.generations * workers
-    return min(total, config.search.max_evaluations) if config.search.max_evaluations else total
+    search = config.search
+    total = search.evaluations or search.generations * workers
+    total = min(total, search.max_evaluations) if search.max_evaluations else total
+    if total > MAX_EVALUATIONS:
+        raise ConfigError(f"search.generations: {search.generations:,} per worker x {workers:,} "
+                          f"workers is a budget of {total:,}, more than the {MAX_EVALUATIONS:,} a "
+                          "run may have; lower it or set search.evaluations")
+    return total
 
 
 def share(total: int, workers: int) -> list[int]:

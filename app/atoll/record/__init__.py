@@ -25,7 +25,7 @@ from atoll.record.run import (
     slurm_ids,
     software_versions,
 )
-from atoll.record.schema import SCHEMA_VERSION, check_param_names
+from atoll.record.schema import SCHEMA_VERSION, check_param_names, check_record_fits
 from atoll.record.writer import WorkerLog
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "begin_job",
     "check_new_run_dir",
     "check_param_names",
+    "check_record_fits",
     "check_room",
     "check_run",
     "consolidate",

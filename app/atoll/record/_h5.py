@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
     which is what a resume wants.
     """
     if not path.is_file():
+        if path.exists():
+            raise RecordError(f"{path}: is {file_kind(path)}, not an HDF5 file; {hint}")
         raise RecordError(f"{path}: not found")
     try:
         f = h5py.File(path, mode, locking=None if lock else False)
@@ -80,6 +83,17 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
         f.close()
         raise RecordError(f"{path}: damaged ({exc}); {hint}") from exc
     return f
+
+
+def file_kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words ("a directory", "a FIFO", ...)."""
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
@@ -120,6 +134,16 @@ def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
     except (KeyError, ValueError) as exc:
         raise RecordError(f"{path}: attribute {name!r} is missing or not JSON ({exc}); the "
                           "file is damaged") from exc
+
+
+def count_attr(obj: h5py.HLObject, name: str, path: Path, default: int = 0) -> int:
+    """An attribute that must be a count (an integer >= 0), e.g. the run's budget."""
+    value = obj.attrs.get(name, default)
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecordError(f"{path}: attribute {name!r} is {str(value)[:40]!r}, not a count: the "
+                          "file is damaged; restore it from a backup")
+    return value
 
 
 def text(value: Any) -> str:

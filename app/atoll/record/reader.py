@@ -20,6 +20,7 @@ from atoll.record._h5 import (
     RESULTS_KIND,
     RUN_KIND,
     WORKER_KIND,
+    count_attr,
     decoded,
     json_attr,
     open_h5,
@@ -154,7 +155,7 @@ def _read_run_file(paths: RunPaths, workers: list[Path]
             stored = json_attr(f, "space", paths.run_file)
             config_table = json_attr(f, "config_json", paths.run_file)
             meta.update(_root_attrs(f))
-            jobs = decoded(committed(f["jobs"]))
+            jobs = _table(f, "jobs", paths.run_file, "restore it from a backup")
         return _space(stored, paths.run_file), config_table, meta, jobs
     with open_h5(workers[0], hint=_hint(workers[0]), kind=WORKER_KIND) as f:
         stored = json_attr(f, "space", workers[0])
@@ -177,15 +178,25 @@ def _read_results(path: Path) -> RunData:
         stored = json_attr(f, "space", path)
         config_table = json_attr(f, "config_json", path)
         meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
-        tables = {name: decoded(committed(f[name])) for name in TABLES}
+        tables = {name: _table(f, name, path, _results_hint(path)) for name in TABLES}
     return RunData(**tables, space=_space(stored, path), config_table=config_table,
                    metadata=meta)
 
 
+def _table(f: h5py.File, name: str, path: Path, hint: str) -> np.ndarray:
+    """A whole table's committed rows; a missing or unreadable one is damage, said in one line."""
+    try:
+        return decoded(committed(f[name]))
+    except RecordError:
+        raise
+    except (KeyError, OSError, RuntimeError, ValueError, TypeError) as exc:
+        raise RecordError(f"{path}: damaged {name} table ({exc}); {hint}") from exc
+
+
 def _root_attrs(f: h5py.File) -> dict[str, Any]:
     keep = ("schema_version", "atoll_version", "created", "config", "versions", "consolidated",
-            "budget", "main_metric")
-    out: dict[str, Any] = {}
+            "main_metric")
+    out: dict[str, Any] = {"budget": count_attr(f, "budget", Path(f.filename))}
     for key in keep:
         if key in f.attrs:
             value = f.attrs[key]

@@ -26,6 +26,7 @@ from atoll.errors import AtollError, RecordError
 from atoll.record._h5 import (
     RUN_KIND,
     WORKER_KIND,
+    count_attr,
     decoded,
     json_attr,
     open_h5,
@@ -41,6 +42,7 @@ from atoll.record.schema import (
     ROWS_ATTR,
     check_param_names,
     committed,
+    committed_rows,
     create_table,
     job_dtype,
 )
@@ -93,6 +95,7 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
 def check_new_run_dir(paths: RunPaths) -> None:
     """Refuse a run directory that is a file, holds a run, or holds anything else; read only."""
     run_dir = paths.run_dir
+    _refuse_dangling(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
                           "directory for the run")
@@ -107,6 +110,13 @@ def check_new_run_dir(paths: RunPaths) -> None:
                               "choose an empty or new directory")
 
 
+def _refuse_dangling(run_dir: Path) -> None:
+    """A symbolic link to nothing (a scratch area that was purged): say so, not "File exists"."""
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise RecordError(f"{run_dir}: is a symbolic link to {os.readlink(run_dir)}, which does "
+                          "not exist; create that directory or remove the link")
+
+
 def _tolerated(entry: Path, paths: RunPaths) -> bool:
     if entry.name in _LEFTOVERS or entry.name.startswith(f"{CLAIM_FILE}."):
         return True
@@ -116,6 +126,7 @@ def _tolerated(entry: Path, paths: RunPaths) -> bool:
 def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     """Validate a run directory for a resume; read only."""
     run_dir = paths.run_dir
+    _refuse_dangling(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise RecordError(f"{run_dir}: is a file, not a directory; give the directory of an "
                           "Atoll run")
@@ -127,7 +138,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True) as f:
         stored = json_attr(f, "space", paths.run_file)
         config_table = json_attr(f, "config_json", paths.run_file)
-        budget = int(f.attrs.get("budget", 0))
+        budget = count_attr(f, "budget", paths.run_file)
         try:
             jobs = decoded(committed(f["jobs"]))
         except (KeyError, OSError, RuntimeError) as exc:
@@ -155,10 +166,10 @@ def _check_worker(path: Path, stored_space: Any) -> None:
         try:
             worker_space = json_attr(f, "space", path)
             ds = f["individuals"]
-            ds.fields("id")[:min(int(ds.attrs.get(ROWS_ATTR, ds.shape[0])), ds.shape[0])]
+            ds.fields("id")[:committed_rows(ds)]
             if "epochs" not in f and NEW_EPOCHS not in f:
                 raise KeyError("no epochs table")
-            f["migrations"].attrs.get(ROWS_ATTR)
+            committed_rows(f["migrations"])
         except RecordError:
             raise
         except Exception as exc:
@@ -216,7 +227,7 @@ def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
     with _open_for_write(paths) as f:
         ds = f["jobs"]
-        job = int(ds.attrs[ROWS_ATTR])
+        job = committed_rows(ds)
         row = np.array([(job, start, math.nan, -1, to_json(list(hosts)), to_json(dict(layout)),
                          to_json(dict(versions)), to_json(dict(slurm)))], dtype=job_dtype())
         ds.resize((job + 1,))
@@ -230,7 +241,7 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
     """Record when and how a job ended."""
     with _open_for_write(paths) as f:
         ds = f["jobs"]
-        rows = int(ds.attrs[ROWS_ATTR])
+        rows = committed_rows(ds)
         if not 0 <= job < rows:
             raise RecordError(f"{paths.run_file}: no job {job} (the run has {rows} jobs)")
         row = ds[job]

@@ -9,6 +9,7 @@ never sees a half-written batch, even of a writer killed during a flush.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Mapping
 
 import h5py
@@ -154,6 +155,26 @@ def individual_dtype(space: Space) -> np.dtype:
     return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])
 
 
+def check_record_fits(space: Space) -> None:
+    """Refuse a space whose individuals table HDF5 cannot describe, before anything is written.
+
+    HDF5 keeps a table's column list in one object header message of at most 64 KiB: about
+    1,000 parameters with short names, fewer with long ones. Found in the first job's worker
+    files instead, the failure would leave the job "running" and recur on every resume.
+    """
+    dtype = individual_dtype(space)
+    try:
+        with h5py.File(io.BytesIO(), "w") as f:
+            f.create_dataset("individuals", shape=(0,), maxshape=(None,), chunks=(1,),
+                             dtype=dtype)
+    except (ValueError, OSError, RuntimeError) as exc:
+        names = sum(len(n) for n in space.names)
+        raise ConfigError(f"space: {len(space)} parameters ({names:,} characters of names) are "
+                          "more than an HDF5 table's columns can describe (about 1,000 short-named "
+                          f"ones fit; {str(exc).splitlines()[0]}); use fewer parameters or "
+                          "shorter names") from None
+
+
 def epoch_dtype(metric_names: Iterable[str]) -> np.dtype:
     metrics = [(check_metric_name(m), "f8") for m in metric_names]
     return np.dtype([("individual", "i8"), ("epoch", "i4"), ("time", "f8")] + metrics)
@@ -213,7 +234,21 @@ def metric_docs(names: Iterable[str]) -> dict[str, str]:
     return {m: "metric reported by the objective" for m in names}
 
 
+DAMAGED_HINT = "restore it from a backup, or move it out of the run directory"
+
+
+def committed_rows(ds: h5py.Dataset) -> int:
+    """The ``rows`` attribute (all rows if it has none), checked: a writer sets it only after
+    the rows are in the table, so anything but a count from 0 to the rows held is damage."""
+    value = ds.attrs.get(ROWS_ATTR, ds.shape[0])
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ds.shape[0]:
+        raise RecordError(f"{ds.file.filename}: table {ds.name.lstrip('/')!r} claims "
+                          f"{str(value)[:40]!r} committed rows but holds {ds.shape[0]}: the file "
+                          f"is damaged; {DAMAGED_HINT}")
+    return value
+
+
 def committed(ds: h5py.Dataset) -> np.ndarray:
-    """The committed rows of a table (all rows if it has no ``rows`` attribute)."""
-    rows = int(ds.attrs.get(ROWS_ATTR, ds.shape[0]))
-    return ds[: min(rows, ds.shape[0])]
+    """The committed rows of a table."""
+    return ds[: committed_rows(ds)]
