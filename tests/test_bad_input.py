@@ -179,6 +179,21 @@ def run_file_is(kind: str) -> Callable[[Setup], Placeholders]:
     return setup
 
 
+def worker_file_of_another_run(s: Setup) -> Placeholders:
+    """A worker file of a real second run of the same search, copied in by hand."""
+    existing_run(s)
+    other = s.tmp / "other"
+    done = run(atoll_cmd(*(fill(a, {"run_dir": str(other)}) for a in SEARCH_SLOW)), timeout=120)
+    assert done.returncode == 0, done.stderr
+    shutil.copy(other / "workers" / "job000-worker00000.h5",
+                s.run_dir / "workers" / "job005-worker00000.h5")
+    with h5py.File(s.run_dir / "run.h5", "r") as f:
+        ours = f.attrs["run_id"]
+    with h5py.File(other / "run.h5", "r") as f:
+        theirs = f.attrs["run_id"]
+    return {"ours": str(ours), "theirs": str(theirs)}
+
+
 def dangling_link(s: Setup) -> Placeholders:
     s.run_dir.symlink_to(s.tmp / "purged" / "run")
     return None
@@ -522,6 +537,14 @@ CASES = [
          "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
          "object (object 'jobs' doesn't exist)\"); restore it from a backup",
          setup=run_file_without_jobs),
+    Case("worker_file_of_another_run", RESUME + ("--set", "search.evaluations=8"),
+         "atoll: error: {run_dir}/workers/job005-worker00000.h5: belongs to another run (run id "
+         "{theirs}; this run's is {ours}); move it out of {run_dir}/workers, its rows are not "
+         "this run's", setup=worker_file_of_another_run),
+    Case("worker_file_of_another_run_inspect", INSPECT,
+         "atoll: error: {run_dir}/workers/job005-worker00000.h5: belongs to another run (run id "
+         "{theirs}; this run's is {ours}); move it out of {run_dir}/workers, its rows are not "
+         "this run's", setup=worker_file_of_another_run),
     Case("run_file_is_a_directory", RESUME,
          "atoll: error: {run_dir}/run.h5: is a directory, not an HDF5 file; restore it from a "
          "backup, or start a new run directory", setup=run_file_is("directory")),

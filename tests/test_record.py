@@ -79,7 +79,7 @@ def individual(i: int, *, worker: int = 0, status: Status = Status.OK) -> Indivi
 def new_run(tmp_path: Path, space: Space, name: str = "run") -> RunPaths:
     paths = RunPaths(tmp_path / name)
     create_run(paths, config_table={"search": {"budget": 40}, "space": SPACE},
-               config_text="[search]\nbudget = 40\n", space=space, budget=40)
+               config_text="[search]\nbudget = 40\n", space=space, budget=40, run_id="")
     return paths
 
 
@@ -446,7 +446,7 @@ def test_create_run_refuses_a_foreign_directory(tmp_path: Path, space: Space) ->
     (foreign / "chapter1.tex").write_text("precious")
     before = digest(foreign)
     with pytest.raises(RecordError, match="chapter1.tex.*empty or new directory"):
-        create_run(RunPaths(foreign), config_table={}, config_text="", space=space, budget=1)
+        create_run(RunPaths(foreign), config_table={}, config_text="", space=space, budget=1, run_id="")
     assert digest(foreign) == before and sorted(os.listdir(foreign)) == ["chapter1.tex"]
 
 
@@ -454,14 +454,14 @@ def test_create_run_refuses_an_existing_run(tmp_path: Path, space: Space) -> Non
     paths = fill_run(tmp_path, space)
     before = digest(paths.run_dir)
     with pytest.raises(RecordError, match="atoll resume"):
-        create_run(paths, config_table={}, config_text="", space=space, budget=1)
+        create_run(paths, config_table={}, config_text="", space=space, budget=1, run_id="")
     assert digest(paths.run_dir) == before
 
 
 def test_create_run_accepts_an_empty_directory(tmp_path: Path, space: Space) -> None:
     (tmp_path / "empty").mkdir()
     create_run(RunPaths(tmp_path / "empty"), config_table={}, config_text="", space=space,
-               budget=1)
+               budget=1, run_id="")
     assert len(check_run(RunPaths(tmp_path / "empty"), space).jobs) == 0
 
 

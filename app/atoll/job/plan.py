@@ -8,6 +8,7 @@ as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +40,7 @@ class JobPlan:
     next_id: int = 0  # first individual id this job may use
     new_budget: bool = False  # a resume changed the run's budget: record it when it begins
     job: int = -1  # set when the job begins in the record
+    run_id: str = ""  # in every file of the run (a new one for a new run)
 
     @property
     def nothing_left(self) -> bool:
@@ -58,12 +60,13 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
         stored = info.config_table.get("search", {}).get("evaluations", 0)
         changed = config.search.evaluations not in (0, stored)
         return _continue(paths, config, world_size,
-                         config.search.evaluations if changed else info.budget, changed)
+                         config.search.evaluations if changed else info.budget, changed,
+                         info.run_id)
     record.check_record_fits(config.space)
     record.check_new_run_dir(paths)
     layout = job_layout(config, world_size)
     return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
-                   config_text=config_text)
+                   config_text=config_text, run_id=uuid.uuid4().hex)
 
 
 def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: int) -> JobPlan:
@@ -80,17 +83,17 @@ def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: in
         raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
                           f"budget (it is {info.budget} now)")
     return _continue(paths, config, world_size,
-                     config.search.evaluations if changed else info.budget, changed)
+                     config.search.evaluations if changed else info.budget, changed, info.run_id)
 
 
 def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: int,
-              new_budget: bool) -> JobPlan:
+              new_budget: bool, run_id: str) -> JobPlan:
     """The plan of a job that continues a run: what earlier jobs completed, the next id."""
     individuals = record.read_completed(paths.run_dir)
     done = completed_count(individuals)
     next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
     return JobPlan(config, job_layout(config, world_size), budget, resumed=True, done=done,
-                   next_id=next_id, new_budget=new_budget)
+                   next_id=next_id, new_budget=new_budget, run_id=run_id)
 
 
 def run_budget(config: Config, workers: int) -> int:

@@ -159,8 +159,8 @@ def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float
     else:
         record.create_run(paths, config_table=config_to_dict(plan.config),
                           config_text=plan.config_text, space=plan.config.space,
-                          budget=plan.budget, main_metric=str(getattr(objective, "main_metric",
-                                                                      "")))
+                          budget=plan.budget, run_id=plan.run_id,
+                          main_metric=str(getattr(objective, "main_metric", "")))
     job = record.begin_job(paths, layout=plan.layout.as_dict(), hosts=hosts,
                            versions=record.software_versions(), slurm=record.slurm_ids(),
                            start=start)
@@ -179,7 +179,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
                         if topo.is_leader else None)
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
-        flush_interval=config.record.flush_interval) if topo.is_leader else None)
+        flush_interval=config.record.flush_interval, run_id=plan.run_id)
+        if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
     evaluator = WorkerEvaluator.for_job(
         config, objective, topo.worker_comm, local_rank=topo.local_rank,

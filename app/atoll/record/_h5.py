@@ -146,6 +146,21 @@ def count_attr(obj: h5py.HLObject, name: str, path: Path, default: int = 0) -> i
     return value
 
 
+RUN_ID_ATTR = "run_id"
+
+
+def run_id_of(f: h5py.File) -> str:
+    """The id of the run a file belongs to ('' in files written before run ids)."""
+    return text(f.attrs.get(RUN_ID_ATTR, ""))
+
+
+def foreign_file(path: Path, found: str, expected: str) -> RecordError:
+    """A file of another run found in this one (copied in by hand, or a mix-up of run dirs)."""
+    return RecordError(f"{path}: belongs to another run (run id {found or 'none'}; this run's is "
+                       f"{expected or 'none'}); move it out of {path.parent}, its rows are not "
+                       "this run's")
+
+
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -32,7 +32,8 @@ def consolidate(paths: RunPaths) -> Path:
                      config=run.metadata.get("config", ""),
                      config_json=to_json(run.config_table), space=to_json(run.space.to_dict()),
                      versions=to_json(versions), budget=run.metadata.get("budget", 0),
-                     main_metric=run.metadata.get("main_metric", ""))
+                     main_metric=run.metadata.get("main_metric", ""),
+                     run_id=run.metadata.get("run_id", ""))
         for name in TABLES:
             table = getattr(run, name)
             create_table(f, name, table.dtype, extra_docs=docs.get(name), data=table,

@@ -22,8 +22,10 @@ from atoll.record._h5 import (
     WORKER_KIND,
     count_attr,
     decoded,
+    foreign_file,
     json_attr,
     open_h5,
+    run_id_of,
     text,
 )
 from atoll.record.paths import RunPaths
@@ -92,6 +94,11 @@ def open_run(run_dir: str | Path) -> RunData:
         raise RecordError(f"{path}: not an Atoll run (no run.h5, worker files or results.h5)")
     space, config_table, meta, jobs = _read_run_file(paths, workers)
     parts = [_read_worker(p) for p in workers]
+    # A worker file of another run (copied in by hand) would mix its rows into this one.
+    expected = meta.get("run_id", "") if paths.run_file.is_file() else parts[0][4]
+    for worker_file, part in zip(workers, parts, strict=True):
+        if part[4] != expected:
+            raise foreign_file(worker_file, part[4], expected)
     metrics = _union((p[1].dtype.names or ())[len(EPOCH_COLUMNS):] for p in parts)
     meta.update(source="workers", worker_files=[str(p) for p in workers],
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
@@ -163,12 +170,13 @@ def _read_run_file(paths: RunPaths, workers: list[Path]
     return _space(stored, workers[0]), {}, meta, np.empty(0, dtype=job_dtype())
 
 
-def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, str]:
     with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
         try:
             epochs = f["epochs"] if "epochs" in f else f[NEW_EPOCHS]
             return (committed(f["individuals"]), committed(epochs),
-                    committed(f["migrations"]), bool(f.attrs.get("closed", False)))
+                    committed(f["migrations"]), bool(f.attrs.get("closed", False)),
+                    run_id_of(f))
         except (KeyError, OSError, RuntimeError) as exc:
             raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
 
@@ -195,7 +203,7 @@ def _table(f: h5py.File, name: str, path: Path, hint: str) -> np.ndarray:
 
 def _root_attrs(f: h5py.File) -> dict[str, Any]:
     keep = ("schema_version", "atoll_version", "created", "config", "versions", "consolidated",
-            "main_metric")
+            "main_metric", "run_id")
     out: dict[str, Any] = {"budget": count_attr(f, "budget", Path(f.filename))}
     for key in keep:
         if key in f.attrs:

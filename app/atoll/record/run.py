@@ -28,8 +28,10 @@ from atoll.record._h5 import (
     WORKER_KIND,
     count_attr,
     decoded,
+    foreign_file,
     json_attr,
     open_h5,
+    run_id_of,
     to_json,
     write_error,
     write_header,
@@ -62,10 +64,12 @@ class RunInfo:
     """The jobs table: job, start, stop, exit_code, hosts, layout, versions, slurm (JSON)."""
     budget: int
     """Evaluations the whole run completes, fixed when the run was created."""
+    run_id: str = ""
+    """Written into every file of the run, so that a file of another run is refused."""
 
 
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
-               space: Space, budget: int, main_metric: str = "") -> None:
+               space: Space, budget: int, run_id: str, main_metric: str = "") -> None:
     """Start a new run: make the directory if needed and write ``run.h5``.
 
     ``main_metric`` is the reported metric views show beside the loss (the objective's
@@ -82,7 +86,7 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
                 write_header(f, RUN_KIND, created=time.time(), config=config_text,
                              config_json=to_json(dict(config_table)),
                              space=to_json(space.to_dict()), budget=budget,
-                             main_metric=main_metric)
+                             main_metric=main_metric, run_id=run_id)
                 create_table(f, "jobs", job_dtype())
         paths.workers_dir.mkdir(exist_ok=True)
     except OSError as exc:  # read-only, full, no permission: leave nothing behind
@@ -139,6 +143,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         stored = json_attr(f, "space", paths.run_file)
         config_table = json_attr(f, "config_json", paths.run_file)
         budget = count_attr(f, "budget", paths.run_file)
+        run_id = run_id_of(f)
         try:
             jobs = decoded(committed(f["jobs"]))
         except (KeyError, OSError, RuntimeError) as exc:
@@ -155,14 +160,16 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
             raise RecordError(f"{run_dir}: the search space differs from the run's: {diff}; "
                               "resume with the run's space or start a new run directory")
     for path in paths.worker_files():
-        _check_worker(path, stored)
-    return RunInfo(config_table, run_space, jobs, budget)
+        _check_worker(path, stored, run_id)
+    return RunInfo(config_table, run_space, jobs, budget, run_id)
 
 
-def _check_worker(path: Path, stored_space: Any) -> None:
-    """Open a worker file as a resume will: readable, locked by no one, of this space."""
+def _check_worker(path: Path, stored_space: Any, run_id: str) -> None:
+    """Open a worker file as a resume will: readable, locked by no one, of this run and space."""
     hint = f"move it out of {path.parent} to resume without its rows"
     with open_h5(path, hint=hint, kind=WORKER_KIND, lock=True) as f:
+        if run_id_of(f) != run_id:
+            raise foreign_file(path, run_id_of(f), run_id)
         try:
             worker_space = json_attr(f, "space", path)
             ds = f["individuals"]

@@ -24,7 +24,14 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Individual
-from atoll.record._h5 import WORKER_KIND, to_json, write_error, write_header, written_whole
+from atoll.record._h5 import (
+    RUN_ID_ATTR,
+    WORKER_KIND,
+    to_json,
+    write_error,
+    write_header,
+    written_whole,
+)
 from atoll.record.schema import (
     MODE_NAMES,
     NEW_EPOCHS,
@@ -47,7 +54,7 @@ class WorkerLog:
     """Append-only record of one worker leader in one job."""
 
     def __init__(self, path: Path, space: Space, *, job: int, worker: int,
-                 flush_interval: float) -> None:
+                 flush_interval: float, run_id: str = "") -> None:
         if not flush_interval >= 0:
             raise ValueError(f"flush_interval: expected seconds >= 0, got {flush_interval!r}")
         self.path = Path(path)
@@ -60,7 +67,7 @@ class WorkerLog:
         self._migrations: list[tuple[Any, ...]] = []
         self._columns: list[str] = []  # metric columns of the epochs table in the file
         self._known: dict[str, None] = {}  # metrics seen so far (file or pending), in order
-        self._file = _create(self.path, space, job=job, worker=worker)
+        self._file = _create(self.path, space, job=job, worker=worker, run_id=run_id)
         self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
             ("individuals", self._ind_dtype), ("epochs", epoch_dtype(())),
             ("migrations", self._mig_dtype), ("population", population_dtype()))}
@@ -255,7 +262,7 @@ def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple
     return itemgetter(*names)
 
 
-def _create(path: Path, space: Space, *, job: int, worker: int) -> h5py.File:
+def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> h5py.File:
     """Write the empty file under a temporary name and move it in place, then open it."""
     if path.exists():
         raise RecordError(f"{path}: exists already; each job writes new worker files, so "
@@ -264,7 +271,7 @@ def _create(path: Path, space: Space, *, job: int, worker: int) -> h5py.File:
         path.parent.mkdir(parents=True, exist_ok=True)
         with written_whole(path) as temp, h5py.File(temp, "w") as f:
             write_header(f, WORKER_KIND, job=job, worker=worker, created=time.time(),
-                         closed=False, space=to_json(space.to_dict()))
+                         closed=False, space=to_json(space.to_dict()), **{RUN_ID_ATTR: run_id})
             create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
             create_table(f, "epochs", epoch_dtype(()))
             create_table(f, "migrations", migration_dtype())
