@@ -62,8 +62,9 @@ def cli() -> None:
     """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
 
     Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
-    2 bad input (config, search space, rank layout, run directory), 75 stopped early by a
-    signal (SIGTERM, SIGUSR1, SIGINT) or the wall time: resume to continue.
+    2 bad input (config, search space, rank layout, run directory), 74 stopped because the
+    disk (or quota) is full: free space, then resume, 75 stopped early by a signal (SIGTERM,
+    SIGUSR1, SIGINT) or the wall time: resume to continue.
     """
 
 
@@ -182,8 +183,12 @@ def _finish(summary: Any, top: int) -> None:
             rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
             click.echo(f"\nThis job: {summary.evaluations} evaluations in "
                        f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
-                       f"{summary.results_file}")
-        if summary.exit_code:
+                       f"{summary.results_file or 'not written'}")
+        if summary.disk_full:
+            click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
+                       f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
+                       f"(exit code {summary.exit_code}).", err=True)
+        elif summary.exit_code:
             click.echo(f"Stopped before the budget was spent: continue with "
                        f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
     sys.exit(summary.exit_code)
