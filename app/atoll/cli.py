@@ -64,7 +64,9 @@ def cli() -> None:
     Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
     2 bad input (config, search space, rank layout, run directory), 74 stopped because the
     disk (or quota) is full: free space, then resume, 75 stopped early by a signal (SIGTERM,
-    SIGUSR1, SIGINT) or the wall time: resume to continue.
+    SIGUSR1, SIGINT to a rank; SIGUSR1 to mpirun) or the wall time: resume to continue.
+    SIGTERM or Ctrl-C to mpirun: Open MPI ends the job and exits 1; 'atoll inspect' shows
+    how it ended.
     """
 
 
