@@ -108,10 +108,10 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         log.warning("%s: the run's budget is spent (%d of %d evaluations): no job was started; "
                     "extend it with 'atoll resume %s --set search.evaluations=N'", paths.run_dir,
                     draft.done, draft.budget, paths.run_dir)
-        results = on_root(comm, lambda: _results_now(paths))
+        written = on_root(comm, lambda: _results_now(paths))
         return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
-                          results_file=results, exit_code=0)
+                          results_file=written, exit_code=0)
     beside = [config.objective.config_dir] if config.objective.config_dir else []
     objective = on_all(comm, lambda: load_objective(config.objective.name, beside))
     on_root(comm, lambda: _preflight(objective, config))
