@@ -147,3 +147,28 @@ def test_a_worker_log_on_a_full_disk_is_abandoned_without_a_crash(small_disk):
 
     with h5py.File(path, "r") as f:
         assert 0 < int(f["epochs"].attrs["rows"]) <= len(f["epochs"])
+
+
+WEIGHTS = """
+import sys
+from pathlib import Path
+import torch
+from atoll.record import full
+from atoll.record.models import save_state_dict
+try:
+    save_state_dict(Path(sys.argv[1]), {"w": torch.zeros(400_000)})
+except full.DiskFull as exc:
+    print(exc, "|", full.seen())
+"""
+
+
+def test_a_weight_file_that_does_not_fit_is_one_report_and_no_file(small_disk):
+    """Weight files (and results.h5) are built in memory and written with plain writes: a full
+    disk is a DiskFull that the job hears of, with no file or temporary file left."""
+    path = small_disk / "models" / "ind1.h5"
+    path.parent.mkdir()
+    done = run([sys.executable, "-c", WEIGHTS, str(path)], timeout=60, env=mpi_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = f"{path}: no space left on device"
+    assert done.stdout.strip() == f"{line} | {line}"
+    assert list(path.parent.iterdir()) == []

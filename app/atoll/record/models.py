@@ -139,7 +139,8 @@ class TopWeights:
         if len(self._worst_first) >= self.limit and -self._worst_first[0][0] <= loss:
             return None
         path = self.paths.model_file(individual_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with full.creating(path.parent):  # a full disk stops the job (save_state_dict too)
+            path.parent.mkdir(parents=True, exist_ok=True)
         save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss,
                                            "params": json.dumps(dict(params or {}),
                                                                 default=str)})
