@@ -12,7 +12,7 @@ Files written once are built in memory and written with plain writes
 (:func:`built_in_memory`): HDF5 then never meets the full disk at all.
 
 A process that meets a full disk reports it here once (:func:`report`); the job listens
-(:func:`listen`) to stop every rank, and ends with its own exit code.
+(:func:`listening`) to stop every rank, and ends with its own exit code (74).
 """
 
 from __future__ import annotations
