@@ -181,11 +181,14 @@ def _finish(summary: Any, top: int) -> None:
         if summary.job < 0:
             click.echo(f"\nNo job ran: the run's budget is spent. To extend it: 'atoll resume "
                        f"{summary.run_dir} --set search.evaluations=N' with N above it.")
+        elif summary.disk_full:
+            click.echo(f"\nThis job: {summary.evaluations} evaluations; the record keeps those "
+                       "written before the disk was full (above); results.h5: not written")
         else:
             rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
             click.echo(f"\nThis job: {summary.evaluations} evaluations in "
                        f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
-                       f"{summary.results_file or 'not written'}")
+                       f"{summary.results_file}")
         if summary.disk_full:
             click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
                        f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
