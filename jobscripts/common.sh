@@ -9,9 +9,12 @@
 # remembered: the remaining steps are skipped.
 #
 # Exit codes of the search: 0 the run's budget is spent; 75 stopped early, resume me (the job
-# resubmits itself); anything else: stop, no resubmission.
+# resubmits itself); 74 a record file could not be written (disk full, quota): stop, no
+# resubmission (it would meet the same full disk), free space and resubmit by hand; anything
+# else: stop, no resubmission.
 
 ATOLL_EXIT_RESUME=75
+ATOLL_EXIT_DISK_FULL=74
 atoll_stop_requested=0
 atoll_step_pid=""
 
@@ -235,6 +238,9 @@ atoll_job() {
         "$ATOLL_EXIT_RESUME")
             atoll_log "stopped before the budget was spent: resubmitting"
             atoll_resubmit ;;
+        "$ATOLL_EXIT_DISK_FULL")
+            atoll_log "the run directory's disk is full (or over quota): not resubmitting; free" \
+                "space, then submit again (the run resumes)" ;;
         *) atoll_log "atoll search exited $code: stopping (no resubmission)" ;;
     esac
     return "$code"

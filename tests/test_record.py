@@ -446,7 +446,8 @@ def test_create_run_refuses_a_foreign_directory(tmp_path: Path, space: Space) ->
     (foreign / "chapter1.tex").write_text("precious")
     before = digest(foreign)
     with pytest.raises(RecordError, match="chapter1.tex.*empty or new directory"):
-        create_run(RunPaths(foreign), config_table={}, config_text="", space=space, budget=1, run_id="")
+        create_run(RunPaths(foreign), config_table={}, config_text="", space=space, budget=1,
+                   run_id="")
     assert digest(foreign) == before and sorted(os.listdir(foreign)) == ["chapter1.tex"]
 
 

@@ -62,8 +62,11 @@ def cli() -> None:
     """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
 
     Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
-    2 bad input (config, search space, rank layout, run directory), 75 stopped early by a
-    signal (SIGTERM, SIGUSR1, SIGINT) or the wall time: resume to continue.
+    2 bad input (config, search space, rank layout, run directory), 74 stopped because the
+    disk (or quota) is full: free space, then resume, 75 stopped early by a signal (SIGTERM,
+    SIGUSR1, SIGINT to a rank; SIGUSR1 to mpirun) or the wall time: resume to continue.
+    SIGTERM or Ctrl-C to mpirun: Open MPI ends the job and exits 1; 'atoll inspect' shows
+    how it ended.
     """
 
 
@@ -178,12 +181,19 @@ def _finish(summary: Any, top: int) -> None:
         if summary.job < 0:
             click.echo(f"\nNo job ran: the run's budget is spent. To extend it: 'atoll resume "
                        f"{summary.run_dir} --set search.evaluations=N' with N above it.")
+        elif summary.disk_full:
+            click.echo(f"\nThis job: {summary.evaluations} evaluations; the record keeps those "
+                       "written before the disk was full (above); results.h5: not written")
         else:
             rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
             click.echo(f"\nThis job: {summary.evaluations} evaluations in "
                        f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
                        f"{summary.results_file}")
-        if summary.exit_code:
+        if summary.disk_full:
+            click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
+                       f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
+                       f"(exit code {summary.exit_code}).", err=True)
+        elif summary.exit_code:
             click.echo(f"Stopped before the budget was spent: continue with "
                        f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
     sys.exit(summary.exit_code)

@@ -8,8 +8,10 @@ messages are said by rank 0 alone: a job-level warning shows once, not once per 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,13 +69,24 @@ RANK_FORMAT = "%(asctime)s rank {rank} host {host} worker {worker} %(levelname)s
     "%(message)s"
 
 
+class _RankFile(logging.FileHandler):
+    """A rank's log file that drops its lines while the disk is full: the console still shows
+    what matters, and the job reports the full disk once instead of a traceback per line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        failed = sys.exc_info()[1]
+        if isinstance(failed, OSError) and failed.errno in (errno.ENOSPC, errno.EDQUOT):
+            return
+        super().handleError(record)
+
+
 @contextlib.contextmanager
 def rank_log(path: Path, *, rank: int, host: str, worker: int) -> Iterator[None]:
     """Everything this rank logs at INFO and above (tracebacks of failed individuals too) also
     goes to ``path`` while the block runs, each line naming the rank, host and worker; the
     console keeps its rank filtering."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _RankFile(path, encoding="utf-8")
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter(RANK_FORMAT.format(rank=rank, host=host,
                                                               worker=worker)))
@@ -88,5 +101,6 @@ def rank_log(path: Path, *, rank: int, host: str, worker: int) -> Iterator[None]
         yield
     finally:
         root.removeHandler(handler)
-        handler.close()
+        with contextlib.suppress(OSError):  # a full disk: the last lines are lost, not the job
+            handler.close()
         root.setLevel(previous)

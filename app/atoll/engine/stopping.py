@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
+EXIT_DISK_FULL = 74  # EX_IOERR: stopped because a record file could not be written (disk
+# full, quota): free space, then resume; a job script must not resubmit into a full disk
+DISK_FULL = "disk full"
 _NOTICE_TAG = 75
 WALL_TIME = "wall time"
 PROBE_INTERVAL = 1e-3

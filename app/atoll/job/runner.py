@@ -21,7 +21,7 @@ from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population
-from atoll.engine.stopping import EXIT_STOPPED, WALL_TIME, StopFlag
+from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.evaluation.call import Objective
@@ -31,6 +31,7 @@ from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import load_objective
+from atoll.record import full
 from atoll.record.claim import Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
 
@@ -52,7 +53,9 @@ class JobSummary:
     objective_seconds: float  # inside objectives, summed over workers
     first_evaluation_seconds: float  # from the job's start (before setup) to the first call
     results_file: Path | None
-    exit_code: int  # 0: the run's budget is spent; EXIT_STOPPED: resume to continue
+    exit_code: int  # 0: the run's budget is spent; EXIT_STOPPED: resume to continue;
+    # EXIT_DISK_FULL: a record file could not be written, free space and resume
+    disk_full: str = ""  # where the disk was full (one line), if it was
 
 
 def run_search(config: Config, run_dir: Path, comm: MPI.Comm, *,
@@ -105,10 +108,10 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         log.warning("%s: the run's budget is spent (%d of %d evaluations): no job was started; "
                     "extend it with 'atoll resume %s --set search.evaluations=N'", paths.run_dir,
                     draft.done, draft.budget, paths.run_dir)
+        written = on_root(comm, lambda: _results_now(paths))
         return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
-                          results_file=paths.results_file if paths.results_file.exists()
-                          else None, exit_code=0)
+                          results_file=written, exit_code=0)
     beside = [config.objective.config_dir] if config.objective.config_dir else []
     objective = on_all(comm, lambda: load_objective(config.objective.name, beside))
     on_root(comm, lambda: _preflight(objective, config))
@@ -122,27 +125,35 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         remaining = max(job.budget - job.done, 0)
         budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
         try:
-            role = _prepare_worker(job, paths, topo, objective, stop)
-            comm.Barrier()  # the search (and its wall time) starts together on every rank
-            start = time.time()
-            stats = role.run(budget)
+            with full.listening(lambda where: stop.request(DISK_FULL)):
+                role = _prepare_worker(job, paths, topo, objective, stop)
+                comm.Barrier()  # the search (and its wall time) starts together on every rank
+                start = time.time()
+                stats = role.run(budget)
         finally:
             stopped = stop.close()
         wall = time.time() - start
         gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
+        disk_full = next((m for m in comm.allgather(full.seen()) if m), "")
         completed = sum(s.completed for s in gathered)
-        exit_code = 0 if job.done + completed >= job.budget else EXIT_STOPPED
-        if stopped or exit_code:
+        exit_code = EXIT_DISK_FULL if disk_full else \
+            0 if job.done + completed >= job.budget else EXIT_STOPPED
+        if disk_full:
+            log.warning("job stopped: %s; the rows written before are kept: free some space, "
+                        "then resume with 'atoll resume %s' (exit code %d)", disk_full,
+                        paths.run_dir, exit_code)
+        elif stopped or exit_code:
             log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
                         "with 'atoll resume %s'", stop.reason or WALL_TIME, job.done + completed,
                         job.budget, exit_code, paths.run_dir)
-        results = on_root(comm, lambda: _finish(paths, job.job, exit_code, config))
+        results, exit_code, disk_full = on_root(
+            comm, lambda: _finish(paths, job.job, exit_code, config, disk_full))
     return JobSummary(
         run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in gathered),
         wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in gathered),
         first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
                                      default=start) - t0,
-        results_file=results, exit_code=exit_code)
+        results_file=results, exit_code=exit_code, disk_full=disk_full)
 
 
 def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,
@@ -223,15 +234,42 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Populati
                               topo.island)
 
 
-def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config) -> Path:
-    """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights."""
-    record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
-    results = record.consolidate(paths)
+def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
+            disk_full: str) -> tuple[Path | None, int, str]:
+    """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights.
+    Returns results.h5 (None if not written), the job's exit code and where the disk was full.
+
+    A full disk while writing results.h5 makes the job's recorded code EXIT_DISK_FULL (never
+    success); a full disk in run.h5 itself leaves the job recorded as running, as after a kill.
+    """
+    results: Path | None = None
+    try:
+        record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
+        try:
+            results = record.consolidate(paths)
+        except full.DiskFull as exc:
+            exit_code = EXIT_DISK_FULL
+            log.warning("results.h5 not written: %s; free some space, then 'atoll resume %s' "
+                        "writes it (exit code %d)", exc, paths.run_dir, exit_code)
+            disk_full = disk_full or str(exc)
+            record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
+    except full.DiskFull as exc:
+        return None, EXIT_DISK_FULL, disk_full or str(exc)
     if paths.model_files():
         individuals = record.read_completed(paths.run_dir)
         losses = dict(zip(individuals["id"].tolist(), individuals["loss"].tolist(), strict=True))
         prune_to_top(paths, losses, config.record.top_models)
-    return results
+    return results, exit_code, disk_full
+
+
+def _results_now(paths: record.RunPaths) -> Path:
+    """results.h5 of a run whose budget is spent, written again if it is missing or older than
+    a worker file (the last job met a full disk writing it)."""
+    target = paths.results_file
+    if not target.exists() or any(w.stat().st_mtime_ns > target.stat().st_mtime_ns
+                                  for w in paths.worker_files()):
+        record.consolidate(paths)
+    return target
 
 
 def _hostname() -> str:

@@ -6,9 +6,8 @@ import json
 import time
 from pathlib import Path
 
-import h5py
-
-from atoll.record._h5 import RESULTS_KIND, to_json, write_header, written_whole
+from atoll.record import full
+from atoll.record._h5 import RESULTS_KIND, to_json, write_header
 from atoll.record.paths import RunPaths
 from atoll.record.reader import TABLES, open_run
 from atoll.record.schema import create_table, metric_docs, param_docs
@@ -18,7 +17,8 @@ def consolidate(paths: RunPaths) -> Path:
     """Write ``results.h5`` from the run's files; return its path.
 
     Written to a temporary file first and moved in place with ``os.replace``, so a crash never
-    leaves half a ``results.h5``. The worker files stay: they are the checkpoint.
+    leaves half a ``results.h5``. The worker files stay: they are the checkpoint. A full disk
+    leaves no temporary file and raises :class:`~atoll.record.full.DiskFull`.
     """
     run = open_run(paths.run_dir)
     target = paths.results_file
@@ -26,7 +26,7 @@ def consolidate(paths: RunPaths) -> Path:
     docs = {"individuals": param_docs(run.space),
             "epochs": metric_docs(run.epochs.dtype.names or ())}
     # v108 stores attributes over 64 KiB (a long config); any HDF5 since 1.8 reads the file.
-    with written_whole(target) as temp, h5py.File(temp, "w", libver=("v108", "latest")) as f:
+    with full.built_in_memory(target, libver=("v108", "latest")) as f:
         write_header(f, RESULTS_KIND, consolidated=time.time(),
                      created=run.metadata.get("created", float("nan")),
                      config=run.metadata.get("config", ""),

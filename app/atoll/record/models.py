@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
-from atoll.record._h5 import plain, written_whole
+from atoll.record import full
+from atoll.record._h5 import plain
 from atoll.record.paths import RunPaths
 
 if TYPE_CHECKING:
@@ -50,17 +51,16 @@ def save_state_dict(path: Path | str, state_dict: Mapping[str, torch.Tensor],
         if not key or key.startswith("/") or "//" in key or key.endswith("/"):
             raise ValueError(f"state_dict key {key!r} cannot name an HDF5 dataset")
         arrays[key] = (_to_numpy(tensor), str(tensor.dtype).removeprefix("torch."))
-    with written_whole(path, fsync=True) as temp:
-        with h5py.File(temp, "w", track_order=True) as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            for name, value in (attrs or {}).items():
-                f.attrs[name] = value
-            for key, (array, dtype) in arrays.items():
-                parent, _, leaf = key.rpartition("/")
-                group = f.require_group(parent) if parent else f
-                ds = group.create_dataset(leaf, data=array)
-                ds.attrs["torch_dtype"] = dtype
+    with full.built_in_memory(path, fsync=True, track_order=True) as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["format_version"] = FORMAT_VERSION
+        for name, value in (attrs or {}).items():
+            f.attrs[name] = value
+        for key, (array, dtype) in arrays.items():
+            parent, _, leaf = key.rpartition("/")
+            group = f.require_group(parent) if parent else f
+            ds = group.create_dataset(leaf, data=array)
+            ds.attrs["torch_dtype"] = dtype
     return path
 
 
@@ -139,7 +139,8 @@ class TopWeights:
         if len(self._worst_first) >= self.limit and -self._worst_first[0][0] <= loss:
             return None
         path = self.paths.model_file(individual_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with full.creating(path.parent):  # a full disk stops the job (save_state_dict too)
+            path.parent.mkdir(parents=True, exist_ok=True)
         save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss,
                                            "params": json.dumps(dict(params or {}),
                                                                 default=str)})

@@ -23,6 +23,7 @@ import numpy as np
 
 import atoll
 from atoll.errors import AtollError, RecordError
+from atoll.record import full
 from atoll.record._h5 import (
     RUN_KIND,
     WORKER_KIND,
@@ -245,8 +246,8 @@ def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
 
 
 def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
-    """Record when and how a job ended."""
-    with _open_for_write(paths) as f:
+    """Record when and how a job ended (a full disk: DiskFull, the job stays running)."""
+    with full.creating(paths.run_file), full.guarded(_open_for_write(paths), paths.run_file) as f:
         ds = f["jobs"]
         rows = committed_rows(ds)
         if not 0 <= job < rows:

@@ -24,6 +24,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Individual
+from atoll.record import full
 from atoll.record._h5 import (
     RUN_ID_ATTR,
     WORKER_KIND,
@@ -72,6 +73,7 @@ class WorkerLog:
             ("individuals", self._ind_dtype), ("epochs", epoch_dtype(())),
             ("migrations", self._mig_dtype), ("population", population_dtype()))}
         self._closed = False
+        self.full = ""  # where the disk was full: rows are dropped from then on
         self._last_flush = time.monotonic()
 
     # -- appending: memory only ------------------------------------------------------------
@@ -131,9 +133,38 @@ class WorkerLog:
         return True
 
     def flush(self) -> None:
-        """Write every pending row, then commit the new row counts."""
+        """Write every pending row, then commit the new row counts.
+
+        A full disk abandons the file (:mod:`atoll.record.full`: it keeps its committed rows)
+        and reports it, which stops the job; rows queued after that are dropped."""
+        if self.full:
+            self._drop_pending()
+            return
         if self._closed:
             raise RecordError(f"{self.path}: the worker log is closed")
+        try:
+            self._write_pending()
+        except Exception as exc:
+            if not full.is_disk_full(exc):
+                raise
+            self._abandon(exc)
+        self._drop_pending()
+
+    def _abandon(self, exc: BaseException) -> None:
+        """After a full disk: close without writing again (the file handles last), report."""
+        self.full = full.message(self.path, exc)
+        self._closed = True
+        full.abandon(self._file)
+        self._tables.clear()
+        full.report(self.full)
+
+    def _drop_pending(self) -> None:
+        self._individuals.clear()
+        self._epochs.clear()
+        self._migrations.clear()
+        self._last_flush = time.monotonic()
+
+    def _write_pending(self) -> None:
         if len(self._known) > len(self._columns):
             self._widen_epochs()
         written: list[tuple[_Table, int]] = []
@@ -151,10 +182,6 @@ class WorkerLog:
             for table, rows in written:
                 table.commit(rows)
             self._file.flush()  # ... before the counts that make readers see them
-        self._individuals.clear()
-        self._epochs.clear()
-        self._migrations.clear()
-        self._last_flush = time.monotonic()
 
     def close(self, population: Iterable[Individual] | None = None) -> None:
         """Flush and close; calling it again does nothing. ``population``: what this worker
@@ -163,12 +190,20 @@ class WorkerLog:
             return
         try:
             self.flush()
+            if self.full:
+                return
             if population is not None:
                 table = self._tables["population"]
                 table.commit(table.write(np.array(
                     [(i.id, i.version, i.island, i.owner, i.active) for i in population],
                     dtype=table.dtype)))
             self._file.attrs["closed"] = True
+            self._file.flush()
+        except Exception as exc:
+            if not full.is_disk_full(exc):
+                raise
+            self._abandon(exc)
+            return
         finally:
             self._closed = True
             self._tables.clear()  # drop the attribute handles before the file closes
