@@ -1,7 +1,7 @@
 """`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
-                                        quality,propagators,recording]
+                                        quality,propagators,recording,strategies]
 
 Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
 prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
@@ -25,13 +25,14 @@ import quality
 import recording
 import scale
 import startup
+import strategies
 import throughput
 from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
-                "recording": recording}
+                "recording": recording, "strategies": strategies}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 

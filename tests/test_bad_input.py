@@ -385,6 +385,14 @@ CASES = [
          "atoll: error: evolution.selection: expected one of 'best', 'uniform', 'tournament', "
          "got 'tournamnt'; did you mean 'tournament'?",
          toml='[evolution]\nselection = "tournamnt"\n'),
+    Case("misspelt_strategy", SEARCH,
+         "atoll: error: evolution.strategy: expected one of 'ga', 'cmaes', got 'cma-es'; did "
+         "you mean 'cmaes'?", toml='[evolution]\nstrategy = "cma-es"\n'),
+    Case("island_strategies_of_another_length", SEARCH,
+         "atoll: error: evolution.island_strategies: 3 strategies for search.islands = 2; give "
+         "one per island, or none to run evolution.strategy on every island",
+         toml='[search]\nislands = 2\n[evolution]\nisland_strategies = ["ga", "cmaes", '
+              '"ga"]\n'),
     # ranges
     Case("reversed_float_range", SEARCH,
          "atoll: error: space.x: low=2.0 is above high=1.0; swap the bounds",

@@ -319,7 +319,7 @@ def test_override_into_a_scalar() -> None:
     ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
     ({"seed": 1.5}, "seed: expected an integer >= 0, got 1.5"),
     ({"seed": True}, "seed: expected an integer >= 0, got True"),
-    ({"seed": 2**64}, "seed: expected an integer <= 9223372036854775807"),
+    ({"seed": 2**64}, "seed: expected an integer <= 9,223,372,036,854,775,807"),
     ({"search": {"islands": 0}}, "search.islands: expected an integer >= 1, got 0"),
     ({"search": {"islands": "2"}}, "search.islands: expected an integer >= 1, got '2'"),
     ({"search": {"generations": True}}, "search.generations: expected an integer >= 1, got True"),

@@ -33,6 +33,9 @@ MIGRATION_MODES = ("migration", "pollination")
 """``migration`` moves individuals to another island, ``pollination`` sends copies."""
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
+STRATEGIES = ("ga", "cmaes")
+"""How an island breeds: ``ga`` the genetic algorithm (Propulate's), ``cmaes`` asynchronous
+CMA-ES (:mod:`atoll.evolution.cma`)."""
 DIRECTIONS = ("minimize", "maximize")
 """Whether the objective's value is a loss (lower is better) or a score (higher is better)."""
 
@@ -104,6 +107,13 @@ class EvolutionConfig:
     sigma_factor: float = 0.05
     selection: str = "best"
     tournament_size: int = 3
+    strategy: str = "ga"
+    """Every island's strategy, unless ``island_strategies`` names one per island."""
+    island_strategies: tuple[str, ...] = ()
+
+    def strategy_of(self, island: int) -> str:
+        """The strategy island ``island`` runs."""
+        return self.island_strategies[island] if self.island_strategies else self.strategy
 
 
 @dataclass(frozen=True)
@@ -231,6 +241,15 @@ def _population_size(value: Any, key: str) -> int:
     return size
 
 
+def _strategies(value: Any, key: str) -> tuple[str, ...]:
+    """One strategy per island, or an empty list (every island runs ``evolution.strategy``)."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}: expected a list of strategies, one per island (each one of "
+                          f"{', '.join(map(repr, STRATEGIES))}), got {_show(value)}")
+    check = _one_of(*STRATEGIES)
+    return tuple(check(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+
 # --- the schema: section -> {key: checker}; defaults come from the dataclasses -----------------
 
 _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
@@ -242,7 +261,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
-        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2, MAX_COUNT)}),
+        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2, MAX_COUNT),
+        "strategy": _one_of(*STRATEGIES), "island_strategies": _strategies}),
     "migration": (MigrationConfig, {
         "mode": _one_of(*MIGRATION_MODES), "probability": _probability,
         "migrants": _integer(1, MAX_COUNT)}),
@@ -396,12 +416,18 @@ def parse_config(table: Mapping[str, Any]) -> Config:
     table = _table(table, "config")
     _check_keys(table, _TOP_KEYS, "")
     objective, space = _objective_and_space(table)
+    search, evolution = _section(table, "search"), _section(table, "evolution")
+    given = len(evolution.island_strategies)
+    if given and given != search.islands:
+        raise ConfigError(f"evolution.island_strategies: {given} strategies for search.islands = "
+                          f"{search.islands}; give one per island, or none to run "
+                          "evolution.strategy on every island")
     return Config(
         seed=_integer(0)(table.get("seed", 0), "seed"),
         objective=objective,
         space=space,
-        search=_section(table, "search"),
-        evolution=_section(table, "evolution"),
+        search=search,
+        evolution=evolution,
         migration=_section(table, "migration"),
         record=_section(table, "record"),
         distributed=_section(table, "distributed"),
@@ -506,5 +532,5 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "objective": {"name": objective.name, "data_dir": objective.data_dir,
                       "options": _thaw(objective.options), "direction": objective.direction},
         "space": config.space.to_dict(),
-        **{name: dataclasses.asdict(getattr(config, name)) for name in _SECTIONS},
+        **{name: _thaw(dataclasses.asdict(getattr(config, name))) for name in _SECTIONS},
     }

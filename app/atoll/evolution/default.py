@@ -64,3 +64,15 @@ def _pool(selection: str, population_size: int, tournament_size: int) -> Propaga
     if selection == "uniform":
         return SelectUniform(population_size)
     return SelectTournament(population_size, tournament_size)
+
+
+def island_propagator(space: Space, island: int, island_workers: int,
+                      settings: EvolutionConfig) -> Propagator:
+    """The propagator of a worker on ``island``: the island's strategy (``evolution.strategy``
+    or its entry in ``evolution.island_strategies``). The GA's population is
+    ``population_size`` or 2 x the island's workers; CMA-ES keeps its own default."""
+    if settings.strategy_of(island) == "cmaes":
+        from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
+
+        return CMAES(space)
+    return default_propagator(space, settings.population_size or 2 * island_workers, settings)

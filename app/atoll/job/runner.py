@@ -26,7 +26,7 @@ from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
-from atoll.evolution import default_propagator
+from atoll.evolution.default import island_propagator
 from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
@@ -202,7 +202,6 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
-    pop_size = config.evolution.population_size or 2 * len(topo.island_workers)
 
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
@@ -210,7 +209,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        propagator=default_propagator(config.space, pop_size, config.evolution),
+        propagator=island_propagator(config.space, topo.layout.island_of_worker(topo.worker),
+                                     len(topo.island_workers), config.evolution),
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)

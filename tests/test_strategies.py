@@ -1,0 +1,136 @@
+"""CMA-ES islands (atoll.evolution.cma) and mixed-strategy islands: statistics in one process,
+then real mpirun searches with real HDF5 records."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import h5py
+import numpy as np
+
+from atoll.engine.population import Population
+from atoll.evolution.cma import CMAES
+from atoll.individual import NO_PARENT, Individual, Origin
+from atoll.record import open_run
+from atoll.space import CategoricalParam, FloatParam, IntParam, OrdinalParam, Space
+from conftest import mpirun_atoll
+
+MIXED = Space((FloatParam("lr", 1e-4, 1.0, log=True), FloatParam("x", -2.0, 3.0),
+               IntParam("n", 1, 7), IntParam("width", 8, 512, log=True),
+               OrdinalParam("batch", (16, 32, 64)), CategoricalParam("act", ("relu", "tanh"))))
+
+
+def sphere(params: dict) -> float:
+    return sum(float(v) ** 2 for v in params.values())
+
+
+def drive(strategy: CMAES, loss, evaluations: int, seed: int = 0) -> Population:
+    """A one-process island: ask, evaluate, learn, as the island loop does."""
+    rng, population = random.Random(seed), Population()
+    for n in range(evaluations):
+        child = strategy(population.ranked, rng)[0]
+        child.id, child.loss = n, loss(child.params)
+        population.learn(child)
+    return population
+
+
+def test_candidates_respect_bounds_and_types():
+    population = drive(CMAES(MIXED), lambda p: (math.log10(p["lr"]) + 2) ** 2 + p["x"] ** 2
+                       + (p["act"] == "tanh"), 300)
+    for ind in population.ranked:
+        p = ind.params
+        assert list(p) == list(MIXED.names)
+        assert isinstance(p["lr"], float) and 1e-4 <= p["lr"] <= 1.0
+        assert isinstance(p["x"], float) and -2.0 <= p["x"] <= 3.0
+        assert type(p["n"]) is int and 1 <= p["n"] <= 7
+        assert type(p["width"]) is int and 8 <= p["width"] <= 512
+        assert p["batch"] in (16, 32, 64) and p["act"] in ("relu", "tanh")
+        assert ind.origin == Origin.BRED and ind.parents == (NO_PARENT, NO_PARENT)
+    best = population.ranked[0].params
+    assert best["act"] == "relu" and abs(math.log10(best["lr"]) + 2) < 0.5
+
+
+def test_converges_on_a_quadratic_and_beats_random_search():
+    space = Space(tuple(FloatParam(f"x{i}", -5.0, 5.0) for i in range(10)))
+    cma = drive(CMAES(space), sphere, 1500).ranked[0].loss
+    rng = random.Random(0)
+    random_best = min(sphere(space.sample(rng)) for _ in range(1500))
+    assert cma < 1e-4 < random_best
+
+
+def test_one_parameter_works():
+    space = Space((FloatParam("x", -3.0, 3.0),))
+    assert drive(CMAES(space), lambda p: (p["x"] - 1.0) ** 2, 200).ranked[0].loss < 1e-6
+
+
+def test_the_same_seed_gives_the_same_candidates():
+    space = Space(tuple(FloatParam(f"x{i}", -1.0, 1.0) for i in range(4)))
+    runs = [[i.params for i in drive(CMAES(space), sphere, 60, seed=7).ranked] for _ in "ab"]
+    assert runs[0] == runs[1]
+
+
+def test_an_immigrant_pulls_the_mean_towards_itself():
+    """The same own results plus one more: a far immigrant with the best loss moves the mean
+    towards it; the same slot filled by a mediocre point at the centre does not."""
+    space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
+    corner = {f"x{i}": 0.95 for i in range(3)}
+    means = []
+    for extra in (corner, {f"x{i}": 0.5 for i in range(3)}):
+        strategy, rng = CMAES(space), random.Random(1)
+        strategy([], rng)  # the distribution starts at the centre
+        size = strategy._cma.population_size
+        known = [Individual(id=i, params={f"x{j}": 0.5 + 0.05 * math.sin(i + j) for j in
+                                          range(3)}, loss=1.0 + 0.01 * i) for i in range(size - 1)]
+        known.append(Individual(id=size, params=extra, loss=0.0 if extra is corner else 5.0,
+                                island=1, origin=Origin.BRED))
+        strategy(known, rng)
+        means.append(strategy.mean)
+    to_corner = [float(np.linalg.norm(m - 0.95)) for m in means]
+    assert to_corner[0] < to_corner[1] - 0.05
+
+
+def test_ipop_restarts_with_a_larger_population_when_it_stalls():
+    space = Space(tuple(FloatParam(f"x{i}", -1.0, 1.0) for i in range(2)))
+    strategy = CMAES(space)
+    drive(strategy, lambda p: 1.0, 400)  # a flat function: every spread collapses at once
+    assert strategy.restarts >= 1
+    assert strategy._cma.population_size >= 2 * 6
+
+
+# -- real searches ------------------------------------------------------------------------------
+
+def test_mixed_islands_run_migrate_and_end_by_themselves(tmp_path):
+    run_dir = tmp_path / "mixed"
+    done = mpirun_atoll(4, "search", "--config", "examples/sphere.toml", "--run-dir",
+                        str(run_dir), "--set", "search.islands=2", "--set",
+                        "search.generations=40", "--set", "migration.probability=0.3",
+                        "--set", 'evolution.island_strategies=["ga", "cmaes"]', "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = open_run(run_dir)
+    ind = run.individuals
+    assert len(ind) == 160
+    bred = ind[ind["origin"] == int(Origin.BRED)]
+    # Workers 0, 1 breed for island 0 (GA: two parents), 2, 3 for island 1 (CMA-ES: none).
+    ga, cma = bred[bred["worker"] < 2], bred[bred["worker"] >= 2]
+    assert len(ga) and (ga["parent_a"] != NO_PARENT).all()
+    assert len(cma) == 80 and (cma["parent_a"] == NO_PARENT).all()
+    assert len(run.migrations) > 0
+    assert set(run.migrations["to_island"].tolist()) == {0, 1}
+
+
+def test_a_cmaes_run_resumes_to_its_budget(tmp_path):
+    run_dir = tmp_path / "cma"
+    first = mpirun_atoll(2, "search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(run_dir), "--set", "search.islands=1", "--set",
+                         "evolution.strategy=cmaes", "--set", "search.evaluations=60", "-q")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = mpirun_atoll(2, "resume", str(run_dir), "--set", "search.evaluations=150", "-q")
+    assert again.returncode == 0, again.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 150 and len(np.unique(ind["id"])) == 150
+    with h5py.File(run_dir / "run.h5", "r") as f:
+        assert '"strategy":"cmaes"' in f.attrs["config_json"]
+    # The resumed job's CMA-ES learned the first job's results: it searches near them.
+    first_best = np.sort(ind["loss"][ind["id"] < 60])[0]
+    assert np.sort(ind["loss"][ind["id"] >= 60])[0] <= first_best
