@@ -91,3 +91,20 @@ def accuracy_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """A score to maximize: report_demo's epochs, returning its last val_accuracy."""
     report_demo(params, ctx)
     return 1.0 / (1.0 + _demo_loss(params))
+
+
+def pruning_demo(params: Mapping[str, Any], ctx: Any) -> float:
+    """A flat curve: val_loss = x at each of ``options.epochs`` epochs. Every rank appends the
+    epochs it ran to ``options.trace``/ID-rankR.txt and joins an allreduce per epoch, so ranks
+    that stopped at different epochs would hang instead of passing."""
+    from pathlib import Path
+
+    trace = Path(ctx.options["trace"]) / f"{ctx.individual_id}-rank{ctx.rank}.txt"
+    value = float(params["x"])
+    for epoch in range(int(ctx.options.get("epochs", 4))):
+        ctx.comm.allreduce(epoch)
+        with trace.open("a") as f:
+            f.write(f"{epoch}\n")
+        if ctx.report(epoch, val_loss=value):
+            break
+    return value

@@ -116,6 +116,30 @@ class EvolutionConfig:
         return self.island_strategies[island] if self.island_strategies else self.strategy
 
 
+PRUNING_RULES = ("none", "median")
+"""``median``: stop an evaluation whose metric at an epoch is worse than the median of what
+completed individuals had there (:mod:`atoll.evolution.pruning`)."""
+
+
+@dataclass(frozen=True)
+class PruningConfig:
+    """Stopping evaluations early from their per-epoch curves (off by default)."""
+
+    rule: str = "none"
+    metric: str = "val_loss"
+    """The ``ctx.report`` metric the rule compares."""
+    direction: str = "minimize"
+    """Whether lower (a loss) or higher (an accuracy) values of ``metric`` are better."""
+    warmup_epochs: int = 1
+    """Epochs ``0 .. warmup_epochs - 1`` are never pruned."""
+    min_completed: int = 5
+    """Completed individuals that must have reported an epoch before it is judged."""
+
+    @property
+    def active(self) -> bool:
+        return self.rule != "none"
+
+
 @dataclass(frozen=True)
 class MigrationConfig:
     """How individuals travel between islands."""
@@ -158,6 +182,7 @@ class Config:
     migration: MigrationConfig
     record: RecordConfig
     distributed: DistributedConfig = DistributedConfig()
+    pruning: PruningConfig = PruningConfig()
 
 
 # --- value checkers: (value, dotted key) -> the validated value, or a ConfigError --------------
@@ -268,6 +293,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "migrants": _integer(1, MAX_COUNT)}),
     "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True),
                               "top_models": _integer(0, MAX_COUNT)}),
+    "pruning": (PruningConfig, {
+        "rule": _one_of(*PRUNING_RULES), "metric": _string,
+        "direction": _one_of(*DIRECTIONS), "warmup_epochs": _integer(0, MAX_COUNT),
+        "min_completed": _integer(1, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _number(0.0, strict=True)}),
 }
@@ -431,6 +460,7 @@ def parse_config(table: Mapping[str, Any]) -> Config:
         migration=_section(table, "migration"),
         record=_section(table, "record"),
         distributed=_section(table, "distributed"),
+        pruning=_section(table, "pruning"),
     )
 
 

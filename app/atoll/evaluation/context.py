@@ -43,6 +43,8 @@ class WorkerServices:
     record_epoch: EpochSink | None = None
     offer_weights: WeightSink | None = None
     should_stop: Callable[[], bool] | None = None
+    judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
+    """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
 
     def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
@@ -65,6 +67,9 @@ class Context:
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""
+        self.pruned_at: int | None = None
+        """The epoch at which :meth:`report` told the objective to stop because pruning said
+        its curve will not make it."""
 
     @property
     def comm(self) -> MPI.Comm:
@@ -127,15 +132,20 @@ class Context:
 
         Call it on every rank of the worker with the same epoch; the leader records. The answer
         is the same on every rank: ``True`` once the job is asked to stop (a signal or the
-        wall time), and then the individual is recorded as interrupted whatever it returns.
+        wall time: the individual is then recorded as interrupted whatever it returns), or once
+        ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
+        it returns).
         """
         services = self._services
+        values = {k: float(v) for k, v in metrics.items()}
         if services.record_epoch is not None:
-            services.record_epoch(self.individual_id, int(epoch), time.time(),
-                                  {k: float(v) for k, v in metrics.items()})
+            services.record_epoch(self.individual_id, int(epoch), time.time(), values)
         if services.should_stop is not None and services.should_stop():
             self.interrupted = True
-        return self.interrupted
+        if not self.interrupted and self.pruned_at is None and services.judge_epoch is not None \
+                and services.judge_epoch(self.individual_id, int(epoch), values):
+            self.pruned_at = int(epoch)
+        return self.interrupted or self.pruned_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
         """Offer this evaluation's best weights (plain tensors, no ``module.`` prefix).

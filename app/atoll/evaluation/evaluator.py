@@ -17,7 +17,7 @@ from atoll.evaluation.process_group import ProcessGroupOwner
 from atoll.individual import Individual, Status
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from mpi4py import MPI
 
@@ -40,7 +40,9 @@ class WorkerEvaluator:
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
-                should_stop: Callable[[], bool] | None = None) -> WorkerEvaluator:
+                should_stop: Callable[[], bool] | None = None,
+                judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
+                ) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
             comm=comm, seed=config.seed, local_rank=local_rank,
@@ -48,7 +50,7 @@ class WorkerEvaluator:
                                     config.distributed.timeout, local_rank),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
-            offer_weights=offer_weights, should_stop=should_stop)
+            offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")
 
@@ -64,6 +66,8 @@ class WorkerEvaluator:
         ind.finished = time.time()
         if ctx.interrupted:
             ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
+        elif ctx.pruned_at is not None and ind.status == Status.OK:
+            ind.status, ind.error = Status.PRUNED, f"pruned at epoch {ctx.pruned_at}"
 
     def _agree_on_failure(self, ind: Individual) -> None:
         """If any rank of the worker failed, the individual failed on every rank.

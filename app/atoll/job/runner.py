@@ -8,11 +8,14 @@ so that all ranks stop with the same one-line message instead of some of them ha
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from atoll import record
 from atoll.collective import on_all, on_root
@@ -27,7 +30,8 @@ from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_propagator
-from atoll.individual import Individual
+from atoll.evolution.pruning import MedianRule
+from atoll.individual import Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import load_objective
@@ -188,6 +192,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
     population = on_all(topo.world, lambda: _restored(plan, paths, topo)
                         if topo.is_leader else None)
+    rule = on_all(topo.world, lambda: _pruning_rule(plan, paths, topo)
+                  if topo.is_leader and config.pruning.active else None)
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
         flush_interval=config.record.flush_interval, run_id=plan.run_id)
@@ -198,7 +204,9 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         record_epoch=log_file.add_epoch if log_file is not None else None,
         offer_weights=keeper.offer if keeper is not None else None,
         # the same answer on every rank of the worker (one small allreduce per epoch)
-        should_stop=lambda: stop.agreed(topo.worker_comm))
+        should_stop=lambda: stop.agreed(topo.worker_comm),
+        judge_epoch=_judge(rule, config.pruning.metric, topo.worker_comm)
+        if config.pruning.active else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
@@ -206,6 +214,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
+        if rule is not None:
+            rule.finish(ind.id, completed=ind.status == Status.OK)
 
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
@@ -215,6 +225,40 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)
     return Leader(loop, link, log_file, evaluator)
+
+
+def _pruning_rule(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> MedianRule:
+    """The worker's pruning rule; on resume it has learned the curves of the completed
+    individuals its island recorded in earlier jobs (read before this job's files exist)."""
+    rule = MedianRule(plan.config.pruning)
+    if not plan.resumed:
+        return rule
+    run = record.open_run(paths.run_dir)
+    metric, ind, epochs = plan.config.pruning.metric, run.individuals, run.epochs
+    island = topo.layout.island_of_worker(topo.worker)
+    done = ind["id"][(ind["status"] == int(Status.OK))
+                     & (ind["island"] % topo.layout.islands == island)]
+    if metric not in (epochs.dtype.names or ()):
+        return rule
+    rows = epochs[np.isin(epochs["individual"], done)]
+    for ident in np.unique(rows["individual"]):
+        mine = rows[rows["individual"] == ident]
+        rule.learn_curve(zip(mine["epoch"].tolist(), mine[metric].tolist(), strict=True))
+    return rule
+
+
+def _judge(rule: MedianRule | None, metric: str, comm: MPI.Comm
+           ) -> Callable[[int, int, Mapping[str, float]], bool]:
+    """The worker's pruning verdict on every rank: the leader's rule decides and tells the
+    others, so that every rank stops at the same epoch boundary."""
+    shared = comm.Get_size() > 1
+
+    def judge(individual: int, epoch: int, metrics: Mapping[str, float]) -> bool:
+        verdict = rule is not None and rule.observe(individual, epoch,
+                                                     metrics.get(metric, math.nan))
+        return bool(comm.bcast(verdict, root=0)) if shared else verdict
+
+    return judge
 
 
 def _preflight(objective: Objective, config: Config) -> None:

@@ -1,0 +1,112 @@
+"""Pruning (``[pruning]``): the median rule alone, then real mpirun searches whose workers
+have two ranks (real gloo-free MPI collectives per epoch) and real HDF5 records."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from atoll.config import PruningConfig
+from atoll.evolution.pruning import MedianRule
+from atoll.individual import Status
+from atoll.record import open_run
+from conftest import mpirun_atoll
+
+CONFIG = """seed = 5
+[objective]
+name = "objectives:pruning_demo"
+[objective.options]
+trace = "{trace}"
+epochs = 4
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[evolution]
+random_init = {random_init}
+[pruning]
+rule = "median"
+warmup_epochs = 1
+min_completed = {min_completed}
+"""
+
+
+def write_config(tmp_path: Path, *, min_completed: int, random_init: float = 0.3) -> Path:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    path = tmp_path / "pruning.toml"
+    path.write_text(CONFIG.format(trace=trace, min_completed=min_completed,
+                                  random_init=random_init))
+    return path
+
+
+def test_the_median_rule_waits_for_warmup_and_enough_completed_curves():
+    rule = MedianRule(PruningConfig(rule="median", warmup_epochs=1, min_completed=3))
+    for ident, value in enumerate((0.2, 0.4, 0.6)):
+        for epoch in range(3):
+            assert not rule.observe(ident, epoch, value)  # fewer than 3 completed
+        rule.finish(ident, completed=True)
+    assert not rule.observe(10, 0, 0.9)  # epoch 0 is warm-up
+    assert rule.observe(10, 1, 0.5)  # worse than the median 0.4 at epoch 1
+    assert not rule.observe(11, 1, 0.4) and not rule.observe(12, 2, 0.1)
+    assert not rule.observe(13, 5, 9.0)  # nobody completed epoch 5
+    assert not rule.observe(14, 1, math.nan)  # a metric not reported is never judged
+    rule.finish(10, completed=False)  # a pruned curve is not a reference
+    assert rule.completed_at(1) == 3
+
+
+def test_maximize_compares_the_other_way():
+    rule = MedianRule(PruningConfig(rule="median", direction="maximize", warmup_epochs=0,
+                                    min_completed=1))
+    rule.learn_curve([(0, 0.8)])
+    assert rule.observe(1, 0, 0.5) and not rule.observe(2, 0, 0.9)
+
+
+def traces(tmp_path: Path, ident: int, ranks: int) -> list[list[int]]:
+    return [[int(e) for e in (tmp_path / "trace" / f"{ident}-rank{r}.txt").read_text().split()]
+            for r in range(ranks)]
+
+
+def test_two_rank_workers_stop_on_the_same_epoch(tmp_path):
+    config = write_config(tmp_path, min_completed=3)
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "--config", str(config), "--run-dir", str(run_dir),
+                        "--set", "search.ranks_per_worker=2", "--set", "search.generations=12",
+                        "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = open_run(run_dir)
+    ind, epochs = run.individuals, run.epochs
+    pruned = ind[ind["status"] == int(Status.PRUNED)]
+    ok = ind[ind["status"] == int(Status.OK)]
+    assert len(pruned) >= 3 and len(ok) >= 3 and len(ind) == 24
+    for row in pruned:
+        ident = int(row["id"])
+        stopped = int(str(row["error"]).rsplit(" ", 1)[1])
+        assert str(row["error"]) == f"pruned at epoch {stopped}" and stopped >= 1
+        assert traces(tmp_path, ident, 2) == [list(range(stopped + 1))] * 2
+        assert int(epochs["epoch"][epochs["individual"] == ident].max()) == stopped
+        assert row["loss"] == row["x"]  # its value is what the objective returned
+    for row in ok:
+        assert traces(tmp_path, int(row["id"]), 2) == [[0, 1, 2, 3]] * 2
+    # Pruned individuals are never parents.
+    parents = set(ind["parent_a"].tolist()) | set(ind["parent_b"].tolist())
+    assert not parents & set(pruned["id"].tolist())
+
+
+def test_a_resume_rebuilds_the_rule_from_the_record(tmp_path):
+    """Job 1 completes 6 curves and cannot prune (the rule wants 6); the resumed job prunes
+    among its first 6 individuals, which it could not unless it had learned job 1's curves."""
+    config = write_config(tmp_path, min_completed=6, random_init=1.0)
+    run_dir = tmp_path / "run"
+    first = mpirun_atoll(1, "search", "--config", str(config), "--run-dir", str(run_dir),
+                         "--set", "search.evaluations=6", "-q")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (open_run(run_dir).individuals["status"] == int(Status.OK)).all()
+    again = mpirun_atoll(1, "resume", str(run_dir), "--set", "search.evaluations=14", "-q")
+    assert again.returncode == 0, again.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    early = ind[(ind["id"] >= 6) & (ind["id"] < 12)]
+    assert (early["status"] == int(Status.PRUNED)).any()
+    assert np.count_nonzero(ind["status"] != int(Status.INTERRUPTED)) == 14
