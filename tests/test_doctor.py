@@ -74,7 +74,7 @@ def test_four_ranks_every_failure_is_reported_and_every_rank_exits_2(tmp_path):
     done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config", SPHERE, "--run-dir",
                           str(tmp_path / "r"), "--set", "search.ranks_per_worker=2",
                           "--set", "distributed.backend=nccl",
-                          "--set", "search.generations=100000000000000"))
+                          "--set", "search.generations=400000000000"))
     assert done.returncode == 2, done.stdout + done.stderr
     rows = rows_of(done.stdout)
     assert rows["process group"] == [FAIL, FAIL], done.stdout
