@@ -1,7 +1,8 @@
 """`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
-                                        quality,propagators,recording,strategies]
+                                        quality,propagators,recording,strategies,
+                                        pruning]
 
 Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
 prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
@@ -21,6 +22,7 @@ import common
 import ddp_setup
 import ddp_throughput
 import propagators
+import pruning
 import quality
 import recording
 import scale
@@ -32,7 +34,7 @@ from common import Row
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
-                "recording": recording, "strategies": strategies}
+                "recording": recording, "strategies": strategies, "pruning": pruning}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
