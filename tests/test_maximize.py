@@ -98,6 +98,7 @@ def test_report_and_api_show_the_value(runs, tmp_path):
 def test_progress_lines_name_the_value(tmp_path):
     done = run(atoll_cmd("search", "--config", "tests/configs/report.toml", "--run-dir",
                          str(tmp_path / "run"), *SETTINGS, "--set", "search.generations=6",
+                         "--set", "objective.options.sleep=0.05",  # a job the watcher sees run
                          "--set", "objective.direction=maximize", "-v",
                          "--progress-interval", "0.5"), env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
