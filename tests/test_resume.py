@@ -136,7 +136,7 @@ def test_kill_9_at_random_moments_loses_only_unflushed_work_and_resumes_exactly(
             continue
         # Every file opens, and every recorded row is whole.
         for path in run_dir.rglob("*.h5"):
-            with h5py.File(path, "r", locking=False):
+            with h5py.File(path, "r", locking=False, swmr=True):
                 pass
         ind = open_run(run_dir).individuals
         assert len(np.unique(ind["id"])) == len(ind)

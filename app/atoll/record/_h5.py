@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import stat
@@ -24,6 +25,10 @@ KIND_ATTR = "kind"
 RUN_KIND = "atoll-run"
 WORKER_KIND = "atoll-worker"
 RESULTS_KIND = "atoll-results"
+
+SWMR_LIBVER = ("v110", "latest")
+"""File format bounds of the files written in SWMR mode (worker files): HDF5 1.10 and later
+read them."""
 
 
 @contextlib.contextmanager
@@ -53,26 +58,22 @@ def write_header(f: h5py.File, kind: str, **attrs: Any) -> None:
         f.attrs[name] = value
 
 
-def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = False,
-            mode: str = "r") -> h5py.File:
-    """Open an Atoll file (read-only by default); RecordError if missing, damaged or too new.
+def open_h5(path: Path, *, hint: str, kind: str | None = None,
+            edit: io.BytesIO | None = None) -> h5py.File:
+    """Open an Atoll file read-only; RecordError if missing, damaged or too new.
 
-    ``hint`` ends the damage message with what the user can do. ``lock=False`` reads a file
-    that a live writer holds (``atoll inspect`` during a run); ``lock=True`` fails instead,
-    which is what a resume wants.
+    ``hint`` ends the damage message with what the user can do. Files are opened without
+    HDF5's file locking: one job per run directory is :mod:`atoll.record.claim`'s job.
+    ``edit``: the file's bytes, opened for writing in memory instead
+    (:func:`atoll.record.full.edited_in_memory`).
     """
     if not path.is_file():
         if path.exists():
             raise RecordError(f"{path}: is {file_kind(path)}, not an HDF5 file; {hint}")
         raise RecordError(f"{path}: not found")
     try:
-        f = h5py.File(path, mode, locking=None if lock else False)
+        f = _open_read(path) if edit is None else h5py.File(edit, "r+")
     except OSError as exc:
-        if mode != "r" and exc.errno in CANNOT_WRITE:
-            raise write_error(path, exc) from exc
-        if lock and "unable to lock file" in str(exc).lower():
-            raise RecordError(f"{path}: locked by another process; is a job of this run still "
-                              "running? Wait for it to end or stop it first") from exc
         raise RecordError(f"{path}: damaged or not an HDF5 file ({exc}); {hint}") from exc
     try:
         check_version(f, path, kind)
@@ -85,6 +86,18 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None, lock: bool = Fals
     return f
 
 
+def _open_read(path: Path) -> h5py.File:
+    """A worker file whose writer runs or was killed is marked open for writing: SWMR read mode
+    reads it (see :mod:`atoll.record.writer`). Every other file opens plainly, which finds
+    damage at once, where SWMR mode retries every unreadable piece for minutes."""
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if "already open for write" not in str(exc):
+            raise
+    return h5py.File(path, "r", locking=False, swmr=True)
+
+
 def file_kind(path: Path) -> str:
     """What a path that is not a regular file is, in words ("a directory", "a FIFO", ...)."""
     mode = path.stat().st_mode
@@ -94,10 +107,6 @@ def file_kind(path: Path) -> str:
         if test(mode):
             return name
     return "not a regular file"
-
-
-CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
-"""errno values that mean "this place cannot be written", not "this file is damaged"."""
 
 
 def write_error(path: Path, exc: OSError) -> RecordError:

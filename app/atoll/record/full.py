@@ -24,12 +24,14 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import h5py
 
 from atoll.errors import RecordError
-from atoll.record._h5 import written_whole
+from atoll.record._h5 import open_h5, write_error, written_whole
 
+T = TypeVar("T")
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _ERRNO_TEXT = re.compile(r"errno = (\d+)")
 
@@ -108,6 +110,32 @@ def built_in_memory(path: Path, *, fsync: bool = False, **options: object
         yield f
     with creating(path), written_whole(path, fsync=fsync) as temp, open(temp, "wb") as out:
         out.write(buffer.getbuffer())
+
+
+def edit_whole(path: Path, change: Callable[[h5py.File], T], *, hint: str, kind: str) -> T:
+    """Apply ``change`` to an Atoll file as a whole: to a copy in memory, written back with one
+    ``os.replace`` (made durable first), so that a kill at any moment leaves the old file or
+    the new one. For small files changed now and then (``run.h5``).
+
+    A disk too full for the copy gets the change in place instead (a job's end row fits where
+    it was), as before whole-file writes; a full disk there too raises :class:`DiskFull`."""
+    try:
+        buffer = io.BytesIO(path.read_bytes())
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read ({os.strerror(exc.errno or 0)}); {hint}") \
+            from None
+    with open_h5(path, hint=hint, kind=kind, edit=buffer) as f:
+        result = change(f)
+    try:
+        with written_whole(path, fsync=True) as temp:
+            temp.write_bytes(buffer.getbuffer())
+        return result
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise write_error(path.parent, exc) from exc
+    with creating(path), guarded(h5py.File(path, "r+"), path) as f:
+        change(f)
+    return result
 
 
 @contextlib.contextmanager

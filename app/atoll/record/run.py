@@ -12,11 +12,11 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
@@ -51,6 +51,7 @@ from atoll.record.schema import (
 )
 from atoll.space import Space
 
+T = TypeVar("T")
 _LEFTOVERS = {".run.h5.tmp", CLAIM_FILE}  # what a killed create_run may leave; this job's claim
 _RUN_HINT = "restore it from a backup, or start a new run directory"
 
@@ -140,7 +141,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     if not paths.run_file.exists():
         raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
                           "of an Atoll run, or use 'atoll search' to start a new one")
-    with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True) as f:
+    with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND) as f:
         stored = json_attr(f, "space", paths.run_file)
         config_table = json_attr(f, "config_json", paths.run_file)
         budget = count_attr(f, "budget", paths.run_file)
@@ -168,7 +169,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
 def _check_worker(path: Path, stored_space: Any, run_id: str) -> None:
     """Open a worker file as a resume will: readable, locked by no one, of this run and space."""
     hint = f"move it out of {path.parent} to resume without its rows"
-    with open_h5(path, hint=hint, kind=WORKER_KIND, lock=True) as f:
+    with open_h5(path, hint=hint, kind=WORKER_KIND) as f:
         if run_id_of(f) != run_id:
             raise foreign_file(path, run_id_of(f), run_id)
         try:
@@ -233,21 +234,22 @@ def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> N
 def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
               versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
-    with _open_for_write(paths) as f:
+    def append(f: h5py.File) -> int:
         ds = f["jobs"]
         job = committed_rows(ds)
         row = np.array([(job, start, math.nan, -1, to_json(list(hosts)), to_json(dict(layout)),
                          to_json(dict(versions)), to_json(dict(slurm)))], dtype=job_dtype())
         ds.resize((job + 1,))
         ds[job:] = row
-        f.flush()
         ds.attrs[ROWS_ATTR] = job + 1
-    return job
+        return job
+
+    return _edit(paths, append)
 
 
 def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
     """Record when and how a job ended (a full disk: DiskFull, the job stays running)."""
-    with full.creating(paths.run_file), full.guarded(_open_for_write(paths), paths.run_file) as f:
+    def close_row(f: h5py.File) -> None:
         ds = f["jobs"]
         rows = committed_rows(ds)
         if not 0 <= job < rows:
@@ -257,21 +259,26 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
         row["exit_code"] = exit_code
         ds[job] = row
 
+    _edit(paths, close_row)
+
 
 def set_budget(paths: RunPaths, budget: int) -> None:
     """A resume's new total budget: in the run's budget and in its stored config, so that
     later resumes keep it."""
-    with _open_for_write(paths) as f:
+    def change(f: h5py.File) -> None:
         config_table = json_attr(f, "config_json", paths.run_file)
         config_table.setdefault("search", {})["evaluations"] = budget
         f.attrs["config_json"] = to_json(config_table)
         f.attrs["budget"] = budget
 
+    _edit(paths, change)
 
-def _open_for_write(paths: RunPaths) -> h5py.File:
+
+def _edit(paths: RunPaths, change: Callable[[h5py.File], T]) -> T:
+    """Change run.h5 whole or not at all (a kill at the end of a job is common)."""
     if not paths.run_file.is_file():
         raise RecordError(f"{paths.run_dir}: not an Atoll run (no run.h5 in it)")
-    return open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND, lock=True, mode="r+")
+    return full.edit_whole(paths.run_file, change, hint=_RUN_HINT, kind=RUN_KIND)
 
 
 def software_versions(mpi_library: str = "") -> dict[str, str]:

@@ -2,10 +2,16 @@
 
 Rows wait in memory (plain tuples) and reach the file only in :meth:`WorkerLog.flush`: one
 resize and one slice assignment per table, ``h5file.flush()``, then the tables' ``rows``
-attributes are raised to the new counts and the file is flushed again. An HDF5 file killed
-with unflushed writes may not open at all; one written this way opens after a kill at any
-moment, and a reader that stops at ``rows`` sees whole flushed batches only (the kill tests
-in tests/test_resume.py prove it).
+attributes are raised to the new counts and the file is flushed again.
+
+The file is written in HDF5's SWMR mode. Without it, HDF5 writes its metadata at a flush in
+no particular order, and a kill in the middle of one can leave a committed table behind a
+pointer past the file's recorded end ("addr overflow": one CI run in five met it). In SWMR
+mode HDF5 writes every child before its parent, and readers (opened with ``swmr=True``, as
+:func:`atoll.record._h5.open_h5` does) ignore the recorded end: the file opens after a kill
+at any moment, and a reader that stops at ``rows`` sees whole flushed batches only
+(tests/test_record.py kills writers to prove it). SWMR mode forbids new tables, so a new
+metric column is added in a rebuilt copy of the file that then replaces it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +34,7 @@ from atoll.individual import Individual
 from atoll.record import full
 from atoll.record._h5 import (
     RUN_ID_ATTR,
+    SWMR_LIBVER,
     WORKER_KIND,
     to_json,
     write_error,
@@ -35,9 +43,9 @@ from atoll.record._h5 import (
 )
 from atoll.record.schema import (
     MODE_NAMES,
-    NEW_EPOCHS,
     ROWS_ATTR,
     check_metric_name,
+    committed,
     create_table,
     epoch_dtype,
     individual_dtype,
@@ -68,10 +76,9 @@ class WorkerLog:
         self._migrations: list[tuple[Any, ...]] = []
         self._columns: list[str] = []  # metric columns of the epochs table in the file
         self._known: dict[str, None] = {}  # metrics seen so far (file or pending), in order
-        self._file = _create(self.path, space, job=job, worker=worker, run_id=run_id)
-        self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
-            ("individuals", self._ind_dtype), ("epochs", epoch_dtype(())),
-            ("migrations", self._mig_dtype), ("population", population_dtype()))}
+        _create(self.path, space, job=job, worker=worker, run_id=run_id)
+        self._tables: dict[str, _Table] = {}
+        self._open()
         self._closed = False
         self.full = ""  # where the disk was full: rows are dropped from then on
         self._last_flush = time.monotonic()
@@ -217,6 +224,14 @@ class WorkerLog:
         self.close()
 
     # -- internals -------------------------------------------------------------------------
+    def _open(self) -> None:
+        """Open the file for appending in SWMR mode, its tables at their committed rows."""
+        self._file = h5py.File(self.path, "r+", libver=SWMR_LIBVER)
+        self._file.swmr_mode = True
+        self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
+            ("individuals", self._ind_dtype), ("epochs", epoch_dtype(self._columns)),
+            ("migrations", self._mig_dtype), ("population", population_dtype()))}
+
     def _individual_array(self) -> np.ndarray:
         try:
             return np.array(self._individuals, dtype=self._ind_dtype)
@@ -237,27 +252,33 @@ class WorkerLog:
     def _widen_epochs(self) -> None:
         """Rebuild the epochs table with the new metric columns (old rows get NaN).
 
-        Crash-safe: the new table is complete and flushed under NEW_EPOCHS before the old one
-        is unlinked; a reader takes ``epochs`` if present, else NEW_EPOCHS.
+        In a new file that replaces this one whole: a kill leaves the old file or the new one.
+        The other tables and the attributes are copied as they are (committed rows only are
+        in them: nothing is pending while this runs).
         """
         columns = list(self._known)
         dtype = epoch_dtype(columns)
-        old = self._file["epochs"][: self._tables["epochs"].rows]
-        data = np.empty(len(old), dtype=dtype)
-        for name in columns:
-            data[name] = math.nan
-        for name in old.dtype.names or ():
-            data[name] = old[name]
-        if NEW_EPOCHS in self._file:
-            del self._file[NEW_EPOCHS]
-        create_table(self._file, NEW_EPOCHS, dtype, table="epochs", data=data,
-                     extra_docs=metric_docs(columns))
-        self._file.flush()
-        del self._file["epochs"]
-        self._file.move(NEW_EPOCHS, "epochs")
-        self._file.flush()
-        self._tables["epochs"] = _Table(self._file["epochs"], dtype)
-        self._columns = columns
+        self._tables.clear()  # drop the attribute handles before the file closes
+        self._file.close()
+        try:
+            with written_whole(self.path) as temp, \
+                    h5py.File(self.path, "r", libver=SWMR_LIBVER) as old, \
+                    h5py.File(temp, "w", libver=SWMR_LIBVER) as new:
+                for name, value in old.attrs.items():
+                    new.attrs[name] = value
+                for name in ("individuals", "migrations", "population"):
+                    old.copy(old[name], new, name)
+                rows = committed(old["epochs"])
+                data = np.empty(len(rows), dtype=dtype)
+                for name in columns:
+                    data[name] = math.nan
+                for name in rows.dtype.names or ():
+                    data[name] = rows[name]
+                create_table(new, "epochs", dtype, data=data, extra_docs=metric_docs(columns))
+            self._columns = columns
+        finally:
+            with suppress(OSError):  # a full disk: the old file is still whole
+                self._open()
         log.debug("%s: epochs table now has metrics %s", self.path, columns)
 
 
@@ -297,14 +318,14 @@ def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple
     return itemgetter(*names)
 
 
-def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> h5py.File:
-    """Write the empty file under a temporary name and move it in place, then open it."""
+def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> None:
+    """Write the empty file under a temporary name and move it in place."""
     if path.exists():
         raise RecordError(f"{path}: exists already; each job writes new worker files, so "
                           "this job number was used before")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with written_whole(path) as temp, h5py.File(temp, "w") as f:
+        with written_whole(path) as temp, h5py.File(temp, "w", libver=SWMR_LIBVER) as f:
             write_header(f, WORKER_KIND, job=job, worker=worker, created=time.time(),
                          closed=False, space=to_json(space.to_dict()), **{RUN_ID_ATTR: run_id})
             create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
@@ -313,7 +334,6 @@ def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> 
             create_table(f, "population", population_dtype())  # filled at a clean end
     except OSError as exc:  # read-only, full, no permission: one line, no half-written file
         raise write_error(path.parent, exc) from exc
-    return h5py.File(path, "r+")
 
 
 def _diagnose(rows: list[tuple[Any, ...]], dtype: np.dtype) -> str:
