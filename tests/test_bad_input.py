@@ -204,6 +204,17 @@ def broken_module(s: Setup) -> Placeholders:
     return None
 
 
+def module(name: str, text: str) -> Callable[[Setup], Placeholders]:
+    def setup(s: Setup) -> Placeholders:
+        (s.tmp / "mods" / f"{name}.py").write_text(text)
+        return None
+
+    return setup
+
+
+CHECKED = "def f(params, ctx):\n    return 0.0\n\n\n"
+
+
 def empty_dir(name: str) -> Callable[[Setup], Placeholders]:
     def setup(s: Setup) -> Placeholders:
         (s.tmp / name).mkdir()
@@ -427,6 +438,30 @@ CASES = [
          "atoll: error: objective.name: importing 'broken_objective' failed with "
          "ZeroDivisionError: division by zero",
          toml='[objective]\nname = "broken_objective:f"' + SPACE, setup=broken_module),
+    Case("objective_module_exits_on_import", SEARCH,
+         "atoll: error: objective.name: importing 'exiting_objective' failed with SystemExit: 2",
+         toml='[objective]\nname = "exiting_objective:f"' + SPACE,
+         setup=module("exiting_objective", "import sys\nsys.exit(2)\n")),
+    Case("objective_module_interrupts_on_import", SEARCH,
+         "atoll: error: objective.name: importing 'interrupting_objective' failed with "
+         "KeyboardInterrupt", toml='[objective]\nname = "interrupting_objective:f"' + SPACE,
+         setup=module("interrupting_objective", "raise KeyboardInterrupt\n")),
+    Case("objective_preflight_raises", SEARCH,
+         "atoll: error: objective.name: the preflight of 'raising_check:f' failed with "
+         "ValueError: option x is bad",
+         toml='[objective]\nname = "raising_check:f"' + SPACE,
+         setup=module("raising_check", CHECKED + "def check(options, data_dir, names):\n"
+                      "    raise ValueError('option x is bad')\n\n\nf.preflight = check\n")),
+    Case("objective_preflight_exits", SEARCH,
+         "atoll: error: objective.name: the preflight of 'exiting_check:f' failed with "
+         "SystemExit: 3", toml='[objective]\nname = "exiting_check:f"' + SPACE,
+         setup=module("exiting_check", CHECKED + "def check(options, data_dir, names):\n"
+                      "    raise SystemExit(3)\n\n\nf.preflight = check\n")),
+    Case("objective_preflight_not_callable", SEARCH,
+         "atoll: error: objective.name: the preflight of 'odd_check:f' is an int, not a "
+         "function; make it preflight(options, data_dir, parameter_names) or remove it",
+         toml='[objective]\nname = "odd_check:f"' + SPACE,
+         setup=module("odd_check", CHECKED + "f.preflight = 3\n")),
     Case("objective_attribute_missing", SEARCH,
          "atoll: error: objective.name: module 'objectives' has no attribute 'nope'",
          toml='[objective]\nname = "objectives:nope"' + SPACE),

@@ -7,6 +7,8 @@ import json
 import os
 import socket
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, run
 
 SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
 ROUNDS = 3  # before claims, 1 in 15 same-moment starts both ran and 5 of 5 resumes did
+TAKEOVER_ROUNDS = 16  # before the fix, about one run in two met both holding at once
 
 
 def together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
@@ -103,6 +106,47 @@ def test_claims_of_jobs_that_are_gone_are_taken_over(tmp_path):
         assert "taking over the claim of a job that is gone" in done.stderr
         assert len(open_run(run_dir).individuals) == 5
         assert not (run_dir / CLAIM_FILE).exists()
+
+
+TAKE_OVER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from atoll.errors import RecordError
+    from atoll.record.claim import claim
+    start = float(sys.argv[2])
+    while time.time() < start:  # both processes claim at the same moment
+        pass
+    try:
+        held = claim(Path(sys.argv[1]), create=False)
+    except RecordError as exc:
+        print("refused", exc)
+    else:
+        taken = time.time()
+        time.sleep(1.0)
+        print("held", taken, time.time(), flush=True)
+        held.release()
+""")
+
+
+def test_two_jobs_taking_over_one_gone_claim_at_once_are_one_job(tmp_path):
+    """Both judge the dead holder gone; before the claim was moved aside and checked, the
+    later one removed the fresh claim of the first and both ran (TAKEOVER_ROUNDS rounds)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for k in range(TAKEOVER_ROUNDS):
+        run_dir = tmp_path / f"run{k}"
+        write_claim(run_dir, dead.pid)
+        start = time.time() + 1.0
+        procs = [subprocess.Popen([sys.executable, "-c", TAKE_OVER, str(run_dir), repr(start)],
+                                  env=mpi_env(), stdout=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=60)[0].split() for p in procs]
+        spans = sorted((float(o[1]), float(o[2])) for o in outs if o[0] == "held")
+        assert spans, (k, outs)  # one took it over ...
+        # ... and never both at once (the second may take it when the first gives it up)
+        assert len(spans) == 1 or spans[0][1] <= spans[1][0], (k, outs)
+        assert not (run_dir / CLAIM_FILE).exists()
+        assert [p.name for p in run_dir.iterdir()] == [], list(run_dir.iterdir())
 
 
 def test_a_holder_on_another_host_is_waited_for_until_its_heartbeat_would_be_stale(

@@ -78,6 +78,39 @@ def test_watch_follows_a_running_search_and_ends_with_it(tmp_path):
     assert int(np.count_nonzero(ind["status"] == Status.OK)) == 160
 
 
+def test_watch_ends_by_itself_when_the_job_it_follows_is_killed(tmp_path):
+    """A killed job never records its end: the watcher sees that no live job holds the run
+    directory any more, says so, and ends (before, it waited forever)."""
+    run_dir = tmp_path / "run"
+    search = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", *SLOW, "--run-dir", str(run_dir), "-q",
+                   "--set", "search.generations=400", "--set", "objective.options.sleep=0.05",
+                   "--set", "record.flush_interval=0.2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    watch = None
+    try:
+        while not (run_dir / "workers").is_dir() or not any((run_dir / "workers").iterdir()):
+            assert search.poll() is None, search.communicate()[1][-2000:]
+            time.sleep(0.1)
+        watch = subprocess.Popen(atoll_cmd("watch", str(run_dir), "--interval", "0.5"),
+                                 cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        assert watch.poll() is None  # following the running job
+        kill_tree(search)
+        out, err = watch.communicate(timeout=60)
+    finally:
+        if search.poll() is None:
+            kill_tree(search)
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0, err
+    last = out.strip().splitlines()[-1]
+    assert "ended without recording its end" in last and f"atoll resume {run_dir}" in last
+    assert open_run(run_dir).jobs["exit_code"].tolist() == [-1]  # recorded as running
+
+
 def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_path):
     run_dir = tmp_path / "run"
     assert mpirun_atoll(1, "search", *SLOW, "--run-dir", str(run_dir), "-q", "--set",

@@ -83,9 +83,10 @@ class StopFlag:
         if not self._local and now >= self.deadline:
             self.request(WALL_TIME)
         if self._local:
-            # Every rank reaches the wall time by itself: that is the job's to say, once (rank
-            # 0 logs INFO, the others only warnings). A signal reaches one rank: it warns.
-            level = logging.INFO if self.reason == WALL_TIME else logging.WARNING
+            # Every rank reaches the wall time by itself, and a launcher forwards a signal to
+            # every rank: rank 0 warns once, the other ranks' logs keep their own line.
+            level = logging.WARNING if self.reason != WALL_TIME and self.comm.Get_rank() == 0 \
+                else logging.INFO
             log.log(level, "stop requested (%s): finishing evaluations and saving", self.reason)
             self._announce()
             self._seen = True

@@ -62,7 +62,9 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
         with time_limit(timeout):
             value = objective(params, ctx)
     except BaseException as exc:  # noqa: BLE001 - whatever the objective does is its result
-        log.warning("individual %d failed", ctx.individual_id, exc_info=True)
+        # Every rank of a worker fails alike: the leader warns, the others' logs keep theirs.
+        log.log(logging.WARNING if ctx.is_leader else logging.INFO, "individual %d failed",
+                ctx.individual_id, exc_info=True)
         first_line = (str(exc).splitlines() or [""])[0]
         return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
     if type(value) is float:  # the common case: nothing to check but finiteness

@@ -27,6 +27,7 @@ from atoll.engine.restore import restore_population
 from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
+from atoll.errors import AtollError, ObjectiveError
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_propagator
@@ -34,7 +35,7 @@ from atoll.evolution.pruning import MedianRule
 from atoll.individual import Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
-from atoll.objectives.loader import load_objective
+from atoll.objectives.loader import check_preflight, described, load_objective
 from atoll.record import full
 from atoll.record.claim import Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
@@ -265,9 +266,17 @@ def _preflight(objective: Objective, config: Config) -> None:
     """An objective may check its options and data once before the job begins, through a
     ``preflight(options, data_dir, parameter_names)`` attribute, so that bad input stops the
     job with one line instead of failing every individual."""
-    check = getattr(objective, "preflight", None)
-    if check is not None:
+    name = config.objective.name
+    check = check_preflight(name, objective)
+    if check is None:
+        return
+    try:
         check(config.objective.options, config.objective.data_dir or None, config.space.names)
+    except AtollError:
+        raise
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - bad input
+        raise ObjectiveError(f"objective.name: the preflight of {name!r} failed with "
+                             f"{described(exc)}") from None
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:
@@ -283,20 +292,22 @@ def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
     """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights.
     Returns results.h5 (None if not written), the job's exit code and where the disk was full.
 
-    A full disk while writing results.h5 makes the job's recorded code EXIT_DISK_FULL (never
-    success); a full disk in run.h5 itself leaves the job recorded as running, as after a kill.
+    run.h5 records the job's end after results.h5 is written: a job killed or failing while
+    consolidating stays recorded as running, and a full disk there makes its code
+    EXIT_DISK_FULL (never success). A full disk in run.h5 itself leaves the job recorded as
+    running, as after a kill.
     """
     results: Path | None = None
+    stop = time.time()
     try:
-        record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
         try:
-            results = record.consolidate(paths)
+            results = record.consolidate(paths, ending=(job, stop, exit_code))
         except full.DiskFull as exc:
             exit_code = EXIT_DISK_FULL
             log.warning("results.h5 not written: %s; free some space, then 'atoll resume %s' "
                         "writes it (exit code %d)", exc, paths.run_dir, exit_code)
             disk_full = disk_full or str(exc)
-            record.end_job(paths, job, stop=time.time(), exit_code=exit_code)
+        record.end_job(paths, job, stop=stop, exit_code=exit_code)
     except full.DiskFull as exc:
         return None, EXIT_DISK_FULL, disk_full or str(exc)
     if paths.model_files():

@@ -31,9 +31,9 @@ def load_objective(name: str, beside: Sequence[str] = ()) -> Callable[..., Any]:
         raise ObjectiveError(f"objective.name: cannot import module {module_name!r} ({exc}); "
                              f"looked on PYTHONPATH and in {places}: check the name, or put "
                              "the module there or its directory on PYTHONPATH") from None
-    except Exception as exc:  # noqa: BLE001 - a broken user module is bad input, not a crash
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - bad input
         raise ObjectiveError(f"objective.name: importing {module_name!r} failed with "
-                             f"{type(exc).__name__}: {exc}") from None
+                             f"{described(exc)}") from None
     try:
         function = getattr(module, attr)
     except AttributeError:
@@ -43,6 +43,23 @@ def load_objective(name: str, beside: Sequence[str] = ()) -> Callable[..., Any]:
         raise ObjectiveError(f"objective.name: {name!r} is a {type(function).__name__}, not "
                              "a function; name a callable objective(params, ctx)")
     return function
+
+
+def check_preflight(name: str, objective: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The objective's optional ``preflight(options, data_dir, parameter_names)``, checked."""
+    check = getattr(objective, "preflight", None)
+    if check is not None and not callable(check):
+        kind = type(check).__name__
+        raise ObjectiveError(f"objective.name: the preflight of {name!r} is "
+                             f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function; "
+                             "make it preflight(options, data_dir, parameter_names) or remove it")
+    return check
+
+
+def described(exc: BaseException) -> str:
+    """``Type: first line`` of an error, or just ``Type`` when it says nothing."""
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def _import(module_name: str, fallback: Sequence[str]) -> Any:

@@ -76,7 +76,8 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
     try:
         _create(path)
     except FileExistsError:
-        holder = _holder(path)
+        seen = _read(path)
+        holder = _parsed(seen)
         if not _wait_until_gone(path, holder):
             if made:
                 with contextlib.suppress(OSError):
@@ -85,10 +86,7 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
                 f"{run_dir}: a job holds this run directory ({_describe(holder)}); wait for "
                 f"it to end, or if it is gone delete {path} (a claim unrefreshed for "
                 f"{STALE_AFTER:g} s is taken over by itself)") from None
-        if path.exists():  # not given up normally while we waited
-            log.warning("%s: taking over the claim of a job that is gone (%s)", run_dir,
-                        _describe(holder))
-            path.unlink(missing_ok=True)
+        _take_over(path, seen, holder)
         try:
             _create(path)
         except FileExistsError:  # another job took it over first
@@ -120,12 +118,42 @@ def _create(path: Path) -> None:
         mine.unlink(missing_ok=True)
 
 
-def _holder(path: Path) -> dict[str, Any]:
+def _take_over(path: Path, seen: str, holder: dict[str, Any]) -> None:
+    """Remove the claim of a job that is gone, unless another job took it over first.
+
+    Two jobs may judge the same claim gone at once. The claim is moved aside (of two renames
+    of one name, one wins) and must be the one judged: a fresh claim of a job that took over
+    first is put back, and this job refused."""
+    aside = path.with_name(f"{path.name}.gone.{socket.gethostname()}.{os.getpid()}")
     try:
-        found = json.loads(path.read_text())
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # given up normally, or moved aside by another job: whoever creates it wins
+    try:
+        if _read(aside) != seen:
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+            raise RecordError(f"{path.parent}: another job took over this run directory at "
+                              "the same moment; wait for it to end")
+        log.warning("%s: taking over the claim of a job that is gone (%s)", path.parent,
+                    _describe(holder))
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    try:
+        found = json.loads(text)
         return found if isinstance(found, dict) else {}
-    except (OSError, ValueError):
-        return {}  # being written right now, or damaged: judged by its age alone
+    except ValueError:
+        return {}  # damaged: judged by its age alone
 
 
 def _wait_until_gone(path: Path, holder: dict[str, Any]) -> bool:
@@ -160,6 +188,13 @@ def _gone(path: Path, holder: dict[str, Any]) -> bool:
     if holder.get("host") == socket.gethostname() and isinstance(pid, int):
         return not running(pid)
     return False
+
+
+def held(run_dir: Path) -> bool:
+    """Whether a job that is not gone holds ``run_dir`` (a watcher's test for a job that was
+    killed before it could record its end)."""
+    path = run_dir / CLAIM_FILE
+    return path.exists() and not _gone(path, _parsed(_read(path)))
 
 
 def running(pid: int) -> bool:

@@ -13,14 +13,23 @@ from atoll.record.reader import TABLES, open_run
 from atoll.record.schema import create_table, metric_docs, param_docs
 
 
-def consolidate(paths: RunPaths) -> Path:
+def consolidate(paths: RunPaths, ending: tuple[int, float, int] | None = None) -> Path:
     """Write ``results.h5`` from the run's files; return its path.
+
+    ``ending``: (job, stop, exit code) of a job whose end run.h5 records only once its
+    results.h5 is written (so that a job whose consolidation failed is never recorded as a
+    success); results.h5's jobs table shows it ended so.
 
     Written to a temporary file first and moved in place with ``os.replace``, so a crash never
     leaves half a ``results.h5``. The worker files stay: they are the checkpoint. A full disk
     leaves no temporary file and raises :class:`~atoll.record.full.DiskFull`.
     """
     run = open_run(paths.run_dir)
+    if ending is not None:
+        job, stop, exit_code = ending
+        ended = run.jobs["job"] == job
+        run.jobs["stop"][ended] = stop
+        run.jobs["exit_code"][ended] = exit_code
     target = paths.results_file
     versions = json.loads(run.jobs["versions"][-1]) if len(run.jobs) else {}
     docs = {"individuals": param_docs(run.space),

@@ -3,7 +3,8 @@ and what ``atoll watch`` shows from another shell.
 
 Only flushed rows are read, without locks, so a reader never slows the search down or blocks
 it. A job's end is its stop time in the jobs table; a watcher started by the search also ends
-when the search's process does.
+when the search's process does, and any watcher when no live job holds the run directory any
+more (a killed job records no end).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record import open_run, plain
-from atoll.record.claim import running
+from atoll.record.claim import held, running
 from atoll.views.facts import best_epoch_values, main_metric, value_name, values
 from atoll.views.inspect import duration
 
@@ -154,6 +155,13 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
                     return snap
             if parent and not running(parent):
                 return snap
+            if snap is not None and snap.running and not parent and not held(run_dir):
+                snap = _take_when_readable(run_dir, seen, bool(after))  # an end just recorded?
+                if snap is not None and snap.running:
+                    stop_live()
+                    print(f"[atoll] job {snap.job} ended without recording its end (killed?); "
+                          f"'atoll resume {run_dir}' continues the run", file=out, flush=True)
+                    return snap
             time.sleep(LIVE_REFRESH if live else interval)
     except _Final:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
