@@ -45,6 +45,9 @@ USAGE_ERRORS = [
     (["search", "--run-dir", "r", "--top", "x"],
      "atoll: error: Invalid value for '--top': 'x' is not a valid integer range; "
      "see 'atoll search --help'"),
+    (["inspect", "x", "--top", "-3"],  # was "Best: none yet" on a finished run
+     "atoll: error: Invalid value for '--top': -3 is not in the range x>=0; "
+     "see 'atoll inspect --help'"),
 ]
 
 
@@ -53,6 +56,19 @@ def test_usage_errors_are_one_line_and_exit_2(args, line, tmp_path):
     done = run(atoll_cmd(*args), cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_the_record_is_reachable_after_import_atoll(tmp_path):
+    """`import atoll` then `atoll.record.open_run(...)`, as the README shows (an
+    AttributeError once)."""
+    code = ("import sys, atoll\n"
+            "try:\n"
+            "    atoll.record.open_run(sys.argv[1])\n"
+            "except Exception as exc:\n"
+            "    print('read:', type(exc).__name__, exc)\n")
+    done = run([sys.executable, "-c", code, str(tmp_path / "none")])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("read: RecordError ") and "not an Atoll run" in done.stdout
 
 
 def test_bare_atoll_shows_the_help():

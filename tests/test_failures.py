@@ -73,3 +73,21 @@ def test_each_rank_logs_to_its_own_file_with_rank_host_and_worker(tmp_path):
     # The console gets one line per failure; the tracebacks are in the files above.
     assert "Traceback" not in done.stderr
     assert done.stderr.count("(traceback in the rank's log file)") == len(failed)
+
+
+def test_a_multi_rank_workers_failure_is_one_console_line(tmp_path):
+    """Both ranks of the worker fail alike: the leader warns on the console, the follower's
+    line is in its own log only (before, the console had every failure twice)."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        2, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:flaky", "--set", "objective.options.way=raise",
+        "--set", "objective.options.rate=0.5", "--set", "search.generations=10",
+        "--set", "search.ranks_per_worker=2", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    individuals = open_run(run_dir).individuals
+    failed = int(np.count_nonzero(individuals["status"] == int(Status.FAILED)))
+    assert failed > 0
+    assert done.stderr.count("(traceback in the rank's log file)") == failed
+    follower = (run_dir / "logs" / "job000-rank00001.log").read_text()
+    assert follower.count("INFO atoll.evaluation.call: individual ") == failed
