@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
@@ -226,8 +227,7 @@ class WorkerLog:
     # -- internals -------------------------------------------------------------------------
     def _open(self) -> None:
         """Open the file for appending in SWMR mode, its tables at their committed rows."""
-        self._file = h5py.File(self.path, "r+", libver=SWMR_LIBVER)
-        self._file.swmr_mode = True
+        self._file = _open_swmr_writing(self.path)
         self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
             ("individuals", self._ind_dtype), ("epochs", epoch_dtype(self._columns)),
             ("migrations", self._mig_dtype), ("population", population_dtype()))}
@@ -309,6 +309,17 @@ class _Table:
     def commit(self, rows: int) -> None:
         self._rows_attr.write(np.array(rows, dtype=np.int64))
         self.rows = rows
+
+
+def _open_swmr_writing(path: Path) -> h5py.File:
+    """Open ``path`` in SWMR write mode in one step. Opening it for writing first and switching
+    to SWMR after (h5py's ``swmr_mode = True``) marks the file in between as open for plain
+    writing: a kill there left a file that no reader opens, SWMR or not."""
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_LATEST)  # SWMR_LIBVER
+    fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+    return h5py.File(h5py.h5f.open(os.fsencode(path),
+                                   h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl))
 
 
 def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
