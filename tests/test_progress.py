@@ -53,14 +53,20 @@ def test_quiet_prints_no_progress_and_verbose_a_line_per_individual(tmp_path):
     assert all(line.endswith(tuple("0123456789")) for line in each)  # "ok, loss X"
 
 
-def test_watch_follows_a_running_search_and_ends_with_it(tmp_path):
-    run_dir = tmp_path / "run"
-    search = subprocess.Popen(
+def start_search(run_dir, *, generations: int, flush_interval: float) -> subprocess.Popen[str]:
+    """A 2-rank search of about 20 evaluations a second, in the background."""
+    return subprocess.Popen(
         mpirun_cmd(2, "-m", "atoll", "search", *SLOW, "--run-dir", str(run_dir), "-q",
-                   "--set", "search.generations=80", "--set", "objective.options.sleep=0.05",
-                   "--set", "record.flush_interval=0.5"),
+                   "--set", f"search.generations={generations}",
+                   "--set", "objective.options.sleep=0.05",
+                   "--set", f"record.flush_interval={flush_interval}"),
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
+
+
+def test_watch_follows_a_running_search_and_ends_with_it(tmp_path):
+    run_dir = tmp_path / "run"
+    search = start_search(run_dir, generations=80, flush_interval=0.5)
     try:
         while not (run_dir / "run.h5").exists() and search.poll() is None:
             time.sleep(0.1)
@@ -82,12 +88,7 @@ def test_watch_ends_by_itself_when_the_job_it_follows_is_killed(tmp_path):
     """A killed job never records its end: the watcher sees that no live job holds the run
     directory any more, says so, and ends (before, it waited forever)."""
     run_dir = tmp_path / "run"
-    search = subprocess.Popen(
-        mpirun_cmd(2, "-m", "atoll", "search", *SLOW, "--run-dir", str(run_dir), "-q",
-                   "--set", "search.generations=400", "--set", "objective.options.sleep=0.05",
-                   "--set", "record.flush_interval=0.2"),
-        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    search = start_search(run_dir, generations=400, flush_interval=0.2)
     watch = None
     try:
         while not (run_dir / "workers").is_dir() or not any((run_dir / "workers").iterdir()):
