@@ -529,12 +529,31 @@ def test_check_run_refuses_a_directory_without_a_run(tmp_path: Path) -> None:
 
 
 # -- kill -9 ----------------------------------------------------------------------------------
-WRITER = textwrap.dedent("""
-    import os, sys, time
+ADD_ROW = textwrap.dedent("""
     from atoll.individual import Individual, Status
+
+    def add_row(log, i, late, counts):
+        \"\"\"Individual i (every fifth failed), its epoch (with a metric "late" when late),
+        a migration of every seventh; counts the rows queued.\"\"\"
+        failed = i % 5 == 4
+        log.add_individual(Individual(
+            i, {"lr": 1e-3, "layers": 1 + i % 5, "act": ("relu", "tanh", "gelü")[i % 3],
+                "batch": 32, "dropout": 0.25, "norm": i % 2 == 0},
+            loss=0.5 * i, status=Status.FAILED if failed else Status.OK,
+            error=("boom %d" % i) if failed else ""))
+        log.add_epoch(i, 0, float(i), {"acc": float(i), "late": 1.0} if late else
+                      {"acc": float(i)})  # a new column: the epochs table is rebuilt
+        counts[0] += 1
+        counts[1] += 1
+        if i % 7 == 0:
+            log.add_migration(i, 1, "migration", 0, 1, 0, 1, float(i))
+            counts[2] += 1
+""")
+
+WRITER = ADD_ROW + textwrap.dedent("""
+    import os, sys, json
     from atoll.record import WorkerLog
     from atoll.space import Space
-    import json
     space = Space.from_dict(json.loads(sys.argv[2]))
     log = WorkerLog(sys.argv[1], space, job=0, worker=0, flush_interval=0.01)
     counts = [0, 0, 0]
@@ -549,19 +568,7 @@ WRITER = textwrap.dedent("""
     os.write(1, b"ready\\n")
     i = 0
     while True:
-        failed = i % 5 == 4
-        log.add_individual(Individual(
-            i, {"lr": 1e-3, "layers": 1 + i % 5, "act": ("relu", "tanh", "gelü")[i % 3],
-                "batch": 32, "dropout": 0.25, "norm": i % 2 == 0},
-            loss=0.5 * i, status=Status.FAILED if failed else Status.OK,
-            error=("boom %d" % i) if failed else ""))
-        metrics = {"acc": float(i)} if i < 3000 else {"acc": float(i), "late": 1.0}
-        log.add_epoch(i, 0, float(i), metrics)
-        counts[0] += 1
-        counts[1] += 1
-        if i % 7 == 0:
-            log.add_migration(i, 1, "migration", 0, 1, 0, 1, float(i))
-            counts[2] += 1
+        add_row(log, i, i >= 3000, counts)
         log.maybe_flush()
         i += 1
 """)
@@ -610,11 +617,10 @@ def test_kill_9_leaves_whole_flushed_batches(tmp_path: Path, space: Space) -> No
         check_run(paths, space)  # and a resume accepts it
 
 
-INDEXED_WRITER = textwrap.dedent("""
+INDEXED_WRITER = ADD_ROW + textwrap.dedent("""
     import os, sys, json
     from atoll.record import schema
     schema.CHUNK_ROWS.update({name: 2 for name in schema.CHUNK_ROWS})  # the chunk index grows
-    from atoll.individual import Individual, Status
     from atoll.record import WorkerLog
     from atoll.space import Space
     log = WorkerLog(sys.argv[1], Space.from_dict(json.loads(sys.argv[2])), job=0, worker=0,
@@ -622,19 +628,7 @@ INDEXED_WRITER = textwrap.dedent("""
     counts = [0, 0, 0]
     for batch in range(12):
         for i in range(counts[0], counts[0] + 40):
-            failed = i % 5 == 4
-            log.add_individual(Individual(
-                i, {"lr": 1e-3, "layers": 1 + i % 5, "act": ("relu", "tanh", "gelü")[i % 3],
-                    "batch": 32, "dropout": 0.25, "norm": i % 2 == 0},
-                loss=0.5 * i, status=Status.FAILED if failed else Status.OK,
-                error=("boom %d" % i) if failed else ""))
-            log.add_epoch(i, 0, float(i), {"acc": float(i)} if batch < 6 else
-                          {"acc": float(i), "late": 1.0})  # a new column: the file is rebuilt
-            if i % 7 == 0:
-                log.add_migration(i, 1, "migration", 0, 1, 0, 1, float(i))
-                counts[2] += 1
-        counts[0] += 40
-        counts[1] += 40
+            add_row(log, i, batch >= 6, counts)
         os.write(1, ("flushing %d %d %d\\n" % tuple(counts)).encode())
         log.flush()
         os.write(1, ("flushed %d %d %d\\n" % tuple(counts)).encode())
