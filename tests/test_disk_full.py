@@ -143,6 +143,8 @@ def test_a_worker_log_on_a_full_disk_is_abandoned_without_a_crash(small_disk):
                env=mpi_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == f"{path}: no space left on device"
+    stat = os.statvfs(small_disk)  # it stopped before a write could fail halfway
+    assert stat.f_bavail * stat.f_frsize >= 32 * 1024
     import h5py
 
     with h5py.File(path, "r", swmr=True) as f:  # as after a kill

@@ -59,6 +59,24 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+ROOM_MARGIN = 64 * 1024
+"""Bytes a growing file leaves free: HDF5's own metadata, and other writers of the disk."""
+
+
+def ensure_room(path: Path, size: int, margin: int = ROOM_MARGIN) -> None:
+    """Raise ENOSPC before writing about ``size`` bytes to ``path`` where they might not fit.
+
+    A write that fails halfway can leave HDF5's metadata pointing at pieces it never wrote;
+    stopping while the data and ``margin`` still fit keeps the file as whole as a kill does.
+    A quota is not seen here: it still fails in the write."""
+    try:
+        stat = os.statvfs(path.parent)
+    except OSError:
+        return
+    if stat.f_bavail * stat.f_frsize < size + margin:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
 def message(path: Path, exc: BaseException | None = None) -> str:
     """The one line for a full disk at ``path``."""
     reason = "disk quota exceeded" if _errno(exc) == errno.EDQUOT else "no space left on device"

@@ -151,12 +151,23 @@ class WorkerLog:
         if self._closed:
             raise RecordError(f"{self.path}: the worker log is closed")
         try:
+            full.ensure_room(self.path, self._pending_bytes())
             self._write_pending()
         except Exception as exc:
             if not full.is_disk_full(exc):
                 raise
             self._abandon(exc)
         self._drop_pending()
+
+    def _pending_bytes(self) -> int:
+        """About what the next flush writes: its rows, their texts, and a rebuilt copy of the
+        file when a new metric column is due."""
+        size = len(self._individuals) * (self._ind_dtype.itemsize + 64)
+        size += len(self._epochs) * 8 * (3 + len(self._known))
+        size += len(self._migrations) * self._mig_dtype.itemsize
+        if len(self._known) > len(self._columns):
+            size += self.path.stat().st_size
+        return size
 
     def _abandon(self, exc: BaseException) -> None:
         """After a full disk: close without writing again (the file handles last), report."""
@@ -202,9 +213,10 @@ class WorkerLog:
                 return
             if population is not None:
                 table = self._tables["population"]
-                table.commit(table.write(np.array(
-                    [(i.id, i.version, i.island, i.owner, i.active) for i in population],
-                    dtype=table.dtype)))
+                rows = np.array([(i.id, i.version, i.island, i.owner, i.active)
+                                 for i in population], dtype=table.dtype)
+                full.ensure_room(self.path, rows.nbytes, margin=0)  # the last write
+                table.commit(table.write(rows))
             self._file.attrs["closed"] = True
             self._file.flush()
         except Exception as exc:
