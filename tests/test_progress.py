@@ -124,3 +124,37 @@ def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_pat
                          env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
     assert len(bad.stderr.splitlines()) == 1
+
+
+def test_watch_on_a_terminal_draws_a_live_table_with_verbose_rows_above(tmp_path):
+    """On a terminal (a real pseudo-terminal here) watch redraws a rich table in place (control
+    sequences) with -v's rows printed above it; in a pipe the same run is plain lines."""
+    import os
+    import pty
+
+    run_dir = tmp_path / "run"
+    assert mpirun_atoll(1, "search", *SLOW, "--run-dir", str(run_dir), "-q", "--set",
+                        "search.generations=3").returncode == 0
+    leader, follower = pty.openpty()
+    watch = subprocess.Popen(atoll_cmd("watch", str(run_dir), "-v"), cwd=ROOT, env=mpi_env(),
+                             stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the watcher
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(leader)
+    assert watch.wait(timeout=60) == 0, screen[-2000:]
+    text = screen.decode()
+    assert "\x1b[" in text  # drawn, not printed line by line
+    assert "Atoll: job 0" in text and "3 of 3" in text and "job ended" in text
+    assert text.count("[atoll] individual ") == 3 and text.index("individual") < text.rindex(
+        "Atoll: job 0")
+    plain = subprocess.run(atoll_cmd("watch", str(run_dir)), cwd=ROOT, env=mpi_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert "\x1b" not in plain.stdout and progress_lines(plain.stdout)

@@ -204,6 +204,9 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
     live.start()
 
     def show(snap: Snapshot) -> None:
+        for row in snap.new_rows:  # -v: above the table, which stays at the bottom
+            live.console.print(individual_line(row, snap.objective), markup=False,
+                               highlight=False)
         table = Table(title=f"Atoll: job {snap.job}", show_header=False, box=None)
         table.add_row("done", f"{snap.completed} of {snap.budget}")
         table.add_row("rate", f"{snap.rate:.2f} evaluations/s")
