@@ -227,3 +227,19 @@ def test_toml_dates_in_options_reach_the_objective_as_text_and_a_rerun_continues
     assert options["snapshot"] == "2026-11-23"
     assert options["at"] == "2026-11-23T10:00:00+00:00"
     assert atoll.load_config(config).objective.options["snapshot"] == "2026-11-23"
+
+
+def test_inspect_metric_shows_the_named_metric_and_refuses_an_unknown_one(tmp_path):
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "--config", "tests/configs/report.toml", "--run-dir",
+                         str(run_dir), "-q", "--set", "search.generations=6"), env=mpi_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = run(atoll_cmd("inspect", str(run_dir), "--metric", "val_loss"), env=mpi_env())
+    header = next(line for line in shown.stdout.splitlines() if line.strip().startswith("id "))
+    assert header.split()[:3] == ["id", "loss", "val_loss"], shown.stdout
+    default = run(atoll_cmd("inspect", str(run_dir)), env=mpi_env())
+    assert " val_accuracy " in default.stdout  # the objective's own choice
+    unknown = run(atoll_cmd("inspect", str(run_dir), "--metric", "nope"), env=mpi_env())
+    assert (unknown.returncode, unknown.stdout) == (2, "")
+    assert unknown.stderr == ("atoll: error: --metric nope: the run reported no such metric "
+                              "(it has val_loss, val_accuracy)\n")

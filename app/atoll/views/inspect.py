@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from atoll.errors import RecordError
 from atoll.individual import Status
 from atoll.record import plain
 from atoll.record.reader import RunData
-from atoll.record.schema import MODE_NAMES
+from atoll.record.schema import EPOCH_COLUMNS, MODE_NAMES
 from atoll.views.facts import (
     best_epoch_values,
     failure_reasons,
@@ -27,7 +28,13 @@ from atoll.views.facts import (
 
 
 def describe(run: RunData, top: int = 10, metric: str | None = None) -> str:
-    """``metric``: the epoch metric to show beside the loss (None: the run's main metric)."""
+    """``metric``: the epoch metric to show beside the loss (None: the run's main metric;
+    "": none). A metric the run never reported is an error that names the ones it did."""
+    reported = list(run.epochs.dtype.names or ())[len(EPOCH_COLUMNS):]
+    if metric and metric not in reported:
+        known = ", ".join(reported) if reported else "none: its objective reports no epochs"
+        raise RecordError(f"--metric {metric}: the run reported no such metric (it has "
+                          f"{known})")
     lines = [_header(run)]
     lines += _jobs(run.jobs)
     lines += _counts(run)
