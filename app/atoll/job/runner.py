@@ -27,7 +27,7 @@ from atoll.engine.restore import restore_population
 from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
-from atoll.errors import AtollError, ObjectiveError
+from atoll.errors import AtollError, ObjectiveError, RecordError
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_propagator
@@ -212,11 +212,16 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
 
+    learn_from_peers = _peer_curves(rule, paths, job, topo, config.pruning.metric,
+                                    every=max(config.record.flush_interval, 1.0)) \
+        if rule is not None else None
+
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
-        if rule is not None:
+        if rule is not None and learn_from_peers is not None:
             rule.finish(ind.id, completed=ind.status == Status.OK)
+            learn_from_peers()
 
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
@@ -246,6 +251,39 @@ def _pruning_rule(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Medi
         mine = rows[rows["individual"] == ident]
         rule.learn_curve(zip(mine["epoch"].tolist(), mine[metric].tolist(), strict=True))
     return rule
+
+
+def _peer_curves(rule: MedianRule, paths: record.RunPaths, job: int, topo: Topology,
+                 metric: str, every: float) -> Callable[[], None]:
+    """The curves the island's other workers complete in this job, read from their worker
+    files at most every ``every`` seconds (they flush no more often): the rule then compares
+    with the whole island, not only with this worker's own evaluations."""
+    layout = topo.layout
+    island = layout.island_of_worker(topo.worker)
+    files = [paths.worker_file(job, w) for w in range(layout.workers)
+             if w != topo.worker and layout.island_of_worker(w) == island]
+    known: set[int] = set()
+    next_read = time.monotonic() + every
+
+    def learn() -> None:
+        nonlocal next_read
+        now = time.monotonic()
+        if not files or now < next_read:
+            return
+        next_read = now + every
+        for path in files:
+            if not path.exists():
+                continue
+            try:
+                curves = record.read_curves(path, metric, known)
+            except (RecordError, OSError) as exc:  # mid-rebuild for a new column: next time
+                log.debug("pruning: %s not read this time (%s)", path, exc)
+                continue
+            for ident, curve in curves:
+                known.add(ident)
+                rule.learn_curve(curve)
+
+    return learn
 
 
 def _judge(rule: MedianRule | None, metric: str, comm: MPI.Comm

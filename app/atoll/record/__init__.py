@@ -12,7 +12,7 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 from atoll.record._h5 import plain
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
-from atoll.record.reader import RunData, open_run, read_completed, read_history
+from atoll.record.reader import RunData, open_run, read_completed, read_curves, read_history
 from atoll.record.run import (
     RunInfo,
     begin_job,
@@ -46,6 +46,7 @@ __all__ = [
     "open_run",
     "plain",
     "read_completed",
+    "read_curves",
     "read_history",
     "set_budget",
     "slurm_ids",

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from atoll.errors import AtollError, RecordError
+from atoll.individual import Status
 from atoll.record._h5 import (
     RESULTS_KIND,
     RUN_KIND,
@@ -140,6 +141,26 @@ def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.n
             migrations.append(committed(f["migrations"]))
     return (_concat(individuals, individual_dtype(space)),
             _concat(migrations, migration_dtype()))
+
+
+def read_curves(path: Path, metric: str, known: set[int]
+                ) -> list[tuple[int, list[tuple[int, float]]]]:
+    """The ``metric`` curves of the completed individuals in a worker file that are not in
+    ``known``: what another worker of an island has flushed so far (it may be running; its
+    file is read in SWMR mode). (id, [(epoch, value), ...]) in order of id."""
+    with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
+        try:
+            ind = committed(f["individuals"])
+            epochs = committed(f["epochs"] if "epochs" in f else f[NEW_EPOCHS])
+        except (KeyError, OSError, RuntimeError) as exc:
+            raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
+    if metric not in (epochs.dtype.names or ()):
+        return []
+    done = ind["id"][ind["status"] == int(Status.OK)]
+    new = sorted(set(done.tolist()) - known)
+    rows = epochs[np.isin(epochs["individual"], new)]
+    return [(ident, [(int(r["epoch"]), float(r[metric]))
+                     for r in rows[rows["individual"] == ident]]) for ident in new]
 
 
 def _hint(path: Path) -> str:

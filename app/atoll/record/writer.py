@@ -186,13 +186,14 @@ class WorkerLog:
     def _write_pending(self) -> None:
         if len(self._known) > len(self._columns):
             self._widen_epochs()
+        # Epochs commit before individuals: a reader that sees an individual sees its epochs.
         written: list[tuple[_Table, int]] = []
-        if self._individuals:
-            table = self._tables["individuals"]
-            written.append((table, table.write(self._individual_array())))
         if self._epochs:
             table = self._tables["epochs"]
             written.append((table, table.write(self._epoch_array())))
+        if self._individuals:
+            table = self._tables["individuals"]
+            written.append((table, table.write(self._individual_array())))
         if self._migrations:
             table = self._tables["migrations"]
             written.append((table, table.write(np.array(self._migrations, dtype=table.dtype))))
