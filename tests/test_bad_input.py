@@ -601,6 +601,9 @@ CASES = [
          "atoll: error: {run_dir}: is a symbolic link to {tmp}/purged/run, which does not "
          "exist; create that directory or remove the link", setup=dangling_link),
     # counts and sizes beyond what a run can hold
+    Case("eval_timeout_beyond_the_limit", SEARCH_SLOW + ("--set", "search.eval_timeout=1e300"),
+         "atoll: error: search.eval_timeout: expected a number >= 0 and at most 1e+07 (seconds: "
+         "about 116 days), got 1e+300"),  # every evaluation failed with an OverflowError
     Case("generations_beyond_the_limit", SEARCH_SLOW + ("--set",
                                                         "search.generations=4611686018427387904"),
          "atoll: error: search.generations: expected an integer <= 1,000,000,000,000, got "

@@ -326,11 +326,17 @@ def test_override_into_a_scalar() -> None:
     ({"search": {"generations": 0}}, "search.generations: expected an integer >= 1, got 0"),
     ({"search": {"max_evaluations": -1}}, "search.max_evaluations: expected an integer >= 0"),
     ({"search": {"ranks_per_worker": 0}}, "search.ranks_per_worker: expected an integer >= 1"),
-    ({"search": {"wall_time": -1}}, "search.wall_time: expected a number >= 0, got -1"),
-    ({"search": {"wall_time": math.inf}}, "search.wall_time: expected a number >= 0, got inf"),
-    ({"search": {"wall_time": math.nan}}, "search.wall_time: expected a number >= 0, got nan"),
-    ({"search": {"wall_time": False}}, "search.wall_time: expected a number >= 0, got False"),
-    ({"search": {"wall_time": 10**400}}, "search.wall_time: expected a number >= 0, got 1000"),
+    ({"search": {"wall_time": -1}}, "search.wall_time: expected a number >= 0"
+     " and at most 1e+07 (seconds: about 116 days), got -1"),
+    ({"search": {"wall_time": math.inf}}, "search.wall_time: expected a number >= 0"
+     " and at most 1e+07 (seconds: about 116 days), got inf"),
+    ({"search": {"wall_time": math.nan}}, "search.wall_time: expected a number >= 0"
+     " and at most 1e+07 (seconds: about 116 days), got nan"),
+    ({"search": {"wall_time": False}}, "search.wall_time: expected a number >= 0"
+     " and at most 1e+07 (seconds: about 116 days), got False"),
+    ({"search": {"wall_time": 10**400}}, "search.wall_time: expected a number >= 0"),
+    ({"search": {"wall_time": 2e7}}, "search.wall_time: expected a number >= 0 and at most "
+     "1e+07 (seconds: about 116 days), got 20000000.0"),
     ({"evolution": {"population_size": -2}}, "evolution.population_size: expected an integer >= 0"),
     ({"evolution": {"crossover": 1.5}}, "evolution.crossover: expected a probability in [0, 1], "
                                         "got 1.5"),
@@ -349,7 +355,8 @@ def test_override_into_a_scalar() -> None:
                                              "'pollination'?"),
     ({"migration": {"probability": 2}}, "migration.probability: expected a probability in [0, 1]"),
     ({"migration": {"migrants": 0}}, "migration.migrants: expected an integer >= 1, got 0"),
-    ({"record": {"flush_interval": 0}}, "record.flush_interval: expected a number > 0, got 0"),
+    ({"record": {"flush_interval": 0}}, "record.flush_interval: expected a number > 0"
+     " and at most 1e+07 (seconds: about 116 days), got 0"),
     ({"record": {"flush_interval": -3.0}}, "record.flush_interval: expected a number > 0"),
     ({"search": 3}, "search: expected a table, got 3"),
     ({"objective": "sphere"}, "objective: expected a table, got 'sphere'"),

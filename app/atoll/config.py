@@ -201,6 +201,9 @@ MAX_EVALUATIONS = 10**12
 far inside int64, and a typo such as ``generations = 4611686018427387904`` is refused."""
 MAX_COUNT = 10**6
 """The largest islands, ranks per worker, population, migrants, tournament or kept models."""
+MAX_SECONDS = 1e7
+"""The longest wall time, evaluation timeout, flush interval or process-group timeout: about
+116 days (a timer of 1e300 s failed every evaluation with an OverflowError)."""
 
 
 def _integer(minimum: int, maximum: int = INT64_MAX) -> Check:
@@ -214,9 +217,11 @@ def _integer(minimum: int, maximum: int = INT64_MAX) -> Check:
     return check
 
 
-def _number(minimum: float, *, strict: bool) -> Check:
-    """A finite real; ``strict`` excludes the minimum itself."""
+def _number(minimum: float, *, strict: bool, maximum: float = math.inf) -> Check:
+    """A finite real up to ``maximum``; ``strict`` excludes the minimum itself."""
     allowed = f"a number {'>' if strict else '>='} {minimum:g}"
+    if math.isfinite(maximum):
+        allowed += f" and at most {maximum:g} (seconds: about {maximum / 86400:.0f} days)"
 
     def check(value: Any, key: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -225,11 +230,16 @@ def _number(minimum: float, *, strict: bool) -> Check:
             real = float(value)
         except OverflowError:
             raise ConfigError(f"{key}: expected {allowed}, got {value} (too large)") from None
-        if not math.isfinite(real) or real < minimum or (strict and real == minimum):
+        if not math.isfinite(real) or real < minimum or (strict and real == minimum) \
+                or real > maximum:
             raise ConfigError(f"{key}: expected {allowed}, got {_show(value)}")
         return real
 
     return check
+
+
+def _seconds(*, strict: bool) -> Check:
+    return _number(0.0, strict=strict, maximum=MAX_SECONDS)
 
 
 def _probability(value: Any, key: str) -> float:
@@ -281,8 +291,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "search": (SearchConfig, {
         "evaluations": _integer(0, MAX_EVALUATIONS), "generations": _integer(1, MAX_EVALUATIONS),
         "max_evaluations": _integer(0, MAX_EVALUATIONS),
-        "wall_time": _number(0.0, strict=False), "ranks_per_worker": _integer(1, MAX_COUNT),
-        "islands": _integer(1, MAX_COUNT), "eval_timeout": _number(0.0, strict=False)}),
+        "wall_time": _seconds(strict=False), "ranks_per_worker": _integer(1, MAX_COUNT),
+        "islands": _integer(1, MAX_COUNT), "eval_timeout": _seconds(strict=False)}),
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
@@ -291,14 +301,14 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "migration": (MigrationConfig, {
         "mode": _one_of(*MIGRATION_MODES), "probability": _probability,
         "migrants": _integer(1, MAX_COUNT)}),
-    "record": (RecordConfig, {"flush_interval": _number(0.0, strict=True),
+    "record": (RecordConfig, {"flush_interval": _seconds(strict=True),
                               "top_models": _integer(0, MAX_COUNT)}),
     "pruning": (PruningConfig, {
         "rule": _one_of(*PRUNING_RULES), "metric": _string,
         "direction": _one_of(*DIRECTIONS), "warmup_epochs": _integer(0, MAX_COUNT),
         "min_completed": _integer(1, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
-        "backend": _one_of(*BACKENDS), "timeout": _number(0.0, strict=True)}),
+        "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
 }
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction")
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
