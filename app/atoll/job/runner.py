@@ -212,14 +212,14 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
 
-    learn_from_peers = _peer_curves(rule, paths, job, topo, config.pruning.metric,
-                                    every=max(config.record.flush_interval, 1.0)) \
-        if rule is not None else None
+    if rule is not None:
+        learn_from_peers = _peer_curves(rule, paths, job, topo, config.pruning.metric,
+                                        every=max(config.record.flush_interval, 1.0))
 
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
-        if rule is not None and learn_from_peers is not None:
+        if rule is not None:
             rule.finish(ind.id, completed=ind.status == Status.OK)
             learn_from_peers()
 

@@ -65,7 +65,7 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None,
     ``hint`` ends the damage message with what the user can do. Files are opened without
     HDF5's file locking: one job per run directory is :mod:`atoll.record.claim`'s job.
     ``edit``: the file's bytes, opened for writing in memory instead
-    (:func:`atoll.record.full.edited_in_memory`).
+    (:func:`atoll.record.full.edit_whole`).
     """
     if not path.is_file():
         if path.exists():

@@ -148,12 +148,7 @@ def read_curves(path: Path, metric: str, known: set[int]
     """The ``metric`` curves of the completed individuals in a worker file that are not in
     ``known``: what another worker of an island has flushed so far (it may be running; its
     file is read in SWMR mode). (id, [(epoch, value), ...]) in order of id."""
-    with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
-        try:
-            ind = committed(f["individuals"])
-            epochs = committed(f["epochs"] if "epochs" in f else f[NEW_EPOCHS])
-        except (KeyError, OSError, RuntimeError) as exc:
-            raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
+    ind, epochs = _read_worker(path)[:2]
     if metric not in (epochs.dtype.names or ()):
         return []
     done = ind["id"][ind["status"] == int(Status.OK)]
