@@ -25,15 +25,17 @@ from objectives import space_table
 
 
 def config_table(task: dict[str, Any]) -> dict[str, Any]:
-    """The whole config of one task; everything not listed is Atoll's default."""
+    """The whole config of one task; everything not listed is Atoll's default. A task may set
+    ``dims`` (the function's dimensions) and ``evolution`` (Atoll's ``[evolution]`` table)."""
     return {
         "seed": task["seed"],
         "objective": {"name": "objectives:sleep_objective",
                       "options": {"function": task["function"], "sleep": task["sleep"]}},
-        "space": space_table(task["function"]),
+        "space": space_table(task["function"], task.get("dims")),
         "search": {"generations": task["evals_per_worker"], "islands": task["islands"]},
         "migration": {"mode": "migration", "probability": task["migration_probability"],
                       "migrants": 1},
+        "evolution": task.get("evolution", {}),
     }
 
 

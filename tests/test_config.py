@@ -345,6 +345,9 @@ def test_override_into_a_scalar() -> None:
     ({"evolution": {"random_init": True}}, "evolution.random_init: expected a probability in"),
     ({"evolution": {"crossover": math.nan}}, "evolution.crossover: expected a probability in"),
     ({"evolution": {"sigma_factor": 0}}, "evolution.sigma_factor: expected a number > 0, got 0"),
+    ({"evolution": {"sigma_rule": "succes"}},
+     "evolution.sigma_rule: expected one of 'fixed', 'success', got 'succes'; "
+     "did you mean 'success'?"),
     ({"evolution": {"selection": "bst"}},
      "evolution.selection: expected one of 'best', 'uniform', 'tournament', got 'bst'; "
      "did you mean 'best'?"),

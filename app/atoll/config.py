@@ -34,6 +34,7 @@ MIGRATION_MODES = ("migration", "pollination")
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
 STRATEGIES = ("ga", "cmaes")
+SIGMA_RULES = ("fixed", "success")
 """How an island breeds: ``ga`` the genetic algorithm (Propulate's), ``cmaes`` asynchronous
 CMA-ES (:mod:`atoll.evolution.cma`)."""
 DIRECTIONS = ("minimize", "maximize")
@@ -110,6 +111,9 @@ class EvolutionConfig:
     strategy: str = "ga"
     """Every island's strategy, unless ``island_strategies`` names one per island."""
     island_strategies: tuple[str, ...] = ()
+    sigma_rule: str = "success"
+    """``fixed``: every Gaussian step has ``sigma_factor``; ``success``: each worker adapts it
+    by the 1/5th success rule (atoll.evolution.step_size)."""
 
     def strategy_of(self, island: int) -> str:
         """The strategy island ``island`` runs."""
@@ -296,7 +300,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
-        "selection": _one_of(*SELECTIONS), "tournament_size": _integer(2, MAX_COUNT),
+        "sigma_rule": _one_of(*SIGMA_RULES), "selection": _one_of(*SELECTIONS),
+        "tournament_size": _integer(2, MAX_COUNT),
         "strategy": _one_of(*STRATEGIES), "island_strategies": _strategies}),
     "migration": (MigrationConfig, {
         "mode": _one_of(*MIGRATION_MODES), "probability": _probability,

@@ -14,6 +14,7 @@ from atoll.evolution.selection import (
     SelectTournament,
     SelectUniform,
 )
+from atoll.evolution.step_size import StepScale, SuccessRule
 from atoll.space import Space
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ def default_propagator(space: Space, population_size: int,
     - a point mutation never redraws the current value of a discrete parameter;
     - ``selection`` picks the pool: "best" (Propulate's ``SelectMin``; here it relies on the
       population arriving sorted), "uniform" or "tournament" (size ``tournament_size``);
-    - ``population_size`` must be at least 2, since crossover needs two distinct parents.
+    - ``population_size`` must be at least 2, since crossover needs two distinct parents;
+    - ``sigma_rule = "success"`` adapts the Gaussian step by the 1/5th success rule
+      (:mod:`atoll.evolution.step_size`); "fixed" keeps ``sigma_factor``, as Propulate.
     """
     if settings is None:
         from atoll.config import EvolutionConfig
@@ -46,16 +49,22 @@ def default_propagator(space: Space, population_size: int,
     if settings.selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, "
                          f"got {settings.selection!r}")
+    scale = StepScale() if settings.sigma_rule == "success" else None
     steps: list[Propagator] = [
         _pool(settings.selection, population_size, settings.tournament_size),
         SelectUniform(2),
         CrossoverUniform(settings.crossover),
         PointMutation(space, settings.mutation),
     ]
-    if interval_params(space):
-        steps.append(IntervalMutationNormal(space, settings.sigma_factor, probability=1.0))
+    movable = interval_params(space)
+    if movable:
+        steps.append(IntervalMutationNormal(space, settings.sigma_factor, probability=1.0,
+                                            scale=scale))
     steps.append(InitUniform(space, settings.random_init))
-    return Conditional(population_size, Compose(steps), InitUniform(space))
+    breed: Propagator = Compose(steps)
+    if scale is not None and movable:
+        breed = SuccessRule(breed, scale, settings.sigma_factor, population_size, len(movable))
+    return Conditional(population_size, breed, InitUniform(space))
 
 
 def _pool(selection: str, population_size: int, tournament_size: int) -> Propagator:

@@ -20,6 +20,7 @@ from atoll.evolution.base import (
     check_probability,
     distinct_indices,
 )
+from atoll.evolution.step_size import StepScale
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Params, Space
 
@@ -89,13 +90,16 @@ class IntervalMutationNormal(OneToOne):
     with ``s = sigma_factor``: a fraction of the range for linear floats (as in Propulate, where
     sigma is ``sigma_factor`` times the interval width), a fraction of the log-range for log floats
     (a multiplicative step), and a move to nearby values for ints and ordinals. Values past a bound
-    are clipped to it, and the result keeps its type. Propulate moves floats only.
+    are clipped to it, and the result keeps its type. Propulate moves floats only. With a
+    ``scale`` (a worker's, adapted by :class:`~atoll.evolution.step_size.SuccessRule`) the step
+    is ``sigma_factor * scale.value``.
     """
 
     space: Space = field(repr=False)
     sigma_factor: float
     probability: float
     points: int = 1
+    scale: StepScale | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.sigma_factor >= 0.0:
@@ -118,8 +122,9 @@ class IntervalMutationNormal(OneToOne):
         params = dict(individuals[0].params)
         if rng.random() < self.probability:
             movable = self._movable
+            sigma = self.sigma_factor * (self.scale.value if self.scale else 1.0)
             for i in distinct_indices(rng, len(movable), self.points):
                 param = movable[i]
-                step = rng.gauss(0.0, self.sigma_factor)
+                step = rng.gauss(0.0, sigma)
                 params[param.name] = param.from_unit(param.to_unit(params[param.name]) + step)
         return [_derive(individuals[0], params)]

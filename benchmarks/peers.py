@@ -1,0 +1,127 @@
+"""10. Quality at 10 dimensions: Atoll's strategies against Propulate's default and Optuna 5's
+TPE and CMA-ES samplers, on 4 and 8 ranks with 400 and 2000 evaluations.
+
+Every contender runs the same objective (benchmarks/objectives.py at DIMENSIONS dimensions,
+evaluations that sleep 2 ms), the same budget split evenly over the ranks, the same seeds; one
+mpirun per contender, function and layout, its seeds one after the other. The contenders:
+
+- Atoll's default: the GA on 2 islands with real migration (probability 0.1 per worker and
+  evaluation, as in the quality rows), population 2 x the workers of an island;
+- Atoll's CMA-ES: ``evolution.strategy = "cmaes"`` on 1 island (every worker shares one
+  distribution's results, as Optuna's workers share one study);
+- Atoll's mixed islands: ``evolution.island_strategies = ["ga", "cmaes"]``, 2 islands, the
+  same migration as the default;
+- Propulate 1.2.2's default propagator, 2 islands, as in the quality rows;
+- Optuna 5 with ``TPESampler`` and with ``CmaEsSampler`` (its defaults), one study per search
+  in a journal file that every rank shares (benchmarks/optuna_side.py).
+
+The medians are over SEEDS seeds. Verdicts:
+
+- Atoll's default is not worse than Propulate's (the quality rows' one-sided rank test at
+  level ALPHA) on every function;
+- the best Atoll configuration named in the README (BEST) has a median best loss at most 2x
+  Optuna's CMA-ES on the smooth functions (SMOOTH) and below it on the strongly multimodal
+  ones (the GA's lead).
+
+Optuna's samplers cost tens of milliseconds per trial with a journal file (they replay the
+study and, for CMA-ES, unpickle the optimizer's state on every trial), so this measurement
+takes hours; for a quicker look, BENCH_PEER_SEEDS sets fewer seeds and BENCH_PEER_LAYOUTS
+fewer layouts (e.g. "8x2000,4x400": ranks x evaluations, in that order).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+from common import Row, ensure_optuna_venv, ensure_propulate_venv, fmt, launch
+from quality import ALPHA, JUDGED_SLEEP, better, p_worse
+from throughput import task
+
+DIMENSIONS = 10
+FUNCTIONS = ("sphere", "rosenbrock", "griewank", "ackley", "rastrigin", "schwefel")
+SMOOTH = ("sphere", "rosenbrock", "griewank", "ackley")
+LAYOUTS = tuple(tuple(int(n) for n in layout.split("x")) for layout in os.environ.get(
+    "BENCH_PEER_LAYOUTS", "4x400,8x400,4x2000,8x2000").split(","))  # ranks x evaluations
+SEEDS = tuple(range(1, 1 + int(os.environ.get("BENCH_PEER_SEEDS", 10))))
+
+# name: (side, islands, what the task adds)
+CONTENDERS: dict[str, tuple[str, int, dict[str, Any]]] = {
+    "Atoll GA, fixed step": ("atoll", 2, {"evolution": {"sigma_rule": "fixed"}}),
+    "Atoll GA, success rule": ("atoll", 2, {"evolution": {"sigma_rule": "success"}}),
+    "Atoll CMA-ES": ("atoll", 1, {"evolution": {"strategy": "cmaes"}}),
+    "Atoll mixed": ("atoll", 2, {"evolution": {"island_strategies": ["ga", "cmaes"],
+                                               "sigma_rule": "success"}}),
+    "Propulate": ("propulate", 2, {}),
+    "Optuna TPE": ("optuna", 1, {"sampler": "tpe"}),
+    "Optuna CMA-ES": ("optuna", 1, {"sampler": "cmaes"}),
+}
+DEFAULT = "Atoll GA, success rule"
+SMOOTH_BEST, RUGGED_BEST, PEER = "Atoll CMA-ES", DEFAULT, "Optuna CMA-ES"
+
+
+def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[float]:
+    """The best loss of each seed's search by one contender."""
+    side, islands, extra = CONTENDERS[name]
+    tasks = [{**task(JUDGED_SLEEP, evaluations // ranks, seed, ranks=ranks, islands=islands,
+                     function=function), "dims": DIMENSIONS, **extra} for seed in SEEDS]
+    # One mpirun per seed: Optuna's TPE needs a minute or more for one 2000-trial search here.
+    results = [launch(side, ranks, [t]).results[0] for t in tasks]
+    for t, r in zip(tasks, results, strict=True):
+        if r["evaluations"] != evaluations:
+            raise RuntimeError(f"{name} {function} seed {t['seed']}: {r['evaluations']} "
+                               f"evaluations, expected {evaluations}")
+    return [r["best"] for r in results]
+
+
+def verdict(function: str, losses: dict[str, list[float]]) -> tuple[str, bool]:
+    """The row's target text and whether it is met."""
+    p_value = p_worse(losses[DEFAULT], losses["Propulate"])
+    peer = statistics.median(losses[PEER])
+    if function in SMOOTH:
+        best = statistics.median(losses[SMOOTH_BEST])
+        quality, met = f"{SMOOTH_BEST} <= 2 x {PEER}", best <= 2 * peer
+    else:
+        best = statistics.median(losses[RUGGED_BEST])
+        quality, met = f"{RUGGED_BEST} < {PEER}", best < peer
+    return (f"default not worse than Propulate (p = {p_value:.2g} >= {ALPHA}); {quality}",
+            p_value >= ALPHA and met)
+
+
+def run(log: Any = print) -> tuple[list[Row], list[str]]:
+    ensure_propulate_venv()
+    ensure_optuna_venv()
+    rows, notes = [], []
+    for ranks, evaluations in LAYOUTS:
+        for function in FUNCTIONS:
+            losses = {name: best_losses(name, function, ranks, evaluations)
+                      for name in CONTENDERS}
+            medians = {name: statistics.median(v) for name, v in losses.items()}
+            target, met = verdict(function, losses)
+            ours = [n for n in CONTENDERS if n.startswith("Atoll")]
+            atoll = " / ".join(fmt(medians[n]) for n in ours)
+            other = " / ".join(fmt(medians[n]) for n in CONTENDERS if not n.startswith("Atoll"))
+            rows.append(Row(
+                f"peers, {function} {DIMENSIONS}-d, {ranks} ranks, {evaluations} evaluations "
+                f"of {JUDGED_SLEEP * 1e3:g} ms: median best loss over {len(SEEDS)} seeds "
+                "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed; other: "
+                "Propulate / Optuna TPE / Optuna CMA-ES); ratio: Atoll's best / Optuna CMA-ES",
+                atoll, other, f"{min(medians[n] for n in ours) / medians[PEER]:.2g}"
+                if medians[PEER] > 0 else "-", target, met))
+            log(f"  {function}, {ranks} ranks, {evaluations}: " + ", ".join(
+                f"{n} {fmt(m)}" for n, m in medians.items()) + f"; {target}: "
+                f"{'met' if met else 'MISSED'}")
+            notes.append(f"peers, {function} {ranks} ranks {evaluations} evaluations, best "
+                         "losses by seed " + "; ".join(
+                             f"{n}: {', '.join(f'{v:.3g}' for v in vs)}"
+                             for n, vs in losses.items())
+                         + f"; P({DEFAULT} beats Propulate) = "
+                         f"{better(losses[DEFAULT], losses['Propulate']):.2f}")
+    return rows, notes
+
+
+if __name__ == "__main__":
+    from common import standalone
+
+    standalone(run)
