@@ -10,13 +10,11 @@ afterwards (not timed).
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+from side import serve
 
 from atoll.api import search
 from atoll.config import parse_config
@@ -50,23 +48,17 @@ def between_evaluations(individuals: np.ndarray) -> float:
     return float(np.median(np.concatenate(gaps)))
 
 
-def main() -> None:
-    tasks = json.loads(Path(sys.argv[1]).read_text())
-    comm = MPI.COMM_WORLD
-    results = []
-    for task in tasks:
-        summary = search(parse_config(config_table(task)), task["run_dir"], comm=comm)
-        if comm.Get_rank() == 0:
-            recorded = read_completed(task["run_dir"])
-            results.append({
-                "evaluations": summary.evaluations, "wall": summary.wall_seconds,
-                "objective_seconds": summary.objective_seconds,
-                "first_evaluation_seconds": summary.first_evaluation_seconds,
-                "recorded": len(recorded), "best": float(recorded["loss"].min()),
-                "gap": between_evaluations(recorded), "ranks": comm.Get_size()})
-    if comm.Get_rank() == 0:
-        Path(sys.argv[2]).write_text(json.dumps(results))
+def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any] | None:
+    summary = search(parse_config(config_table(task)), task["run_dir"], comm=comm)
+    if comm.Get_rank() != 0:
+        return None
+    recorded = read_completed(task["run_dir"])
+    return {"evaluations": summary.evaluations, "wall": summary.wall_seconds,
+            "objective_seconds": summary.objective_seconds,
+            "first_evaluation_seconds": summary.first_evaluation_seconds,
+            "recorded": len(recorded), "best": float(recorded["loss"].min()),
+            "gap": between_evaluations(recorded), "ranks": comm.Get_size()}
 
 
 if __name__ == "__main__":
-    main()
+    serve(run)

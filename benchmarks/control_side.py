@@ -8,37 +8,30 @@ costs: oversubscribed ranks, sleep granularity, MPI's own progress threads.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
 from mpi4py import MPI
+from side import serve
 
 from objectives import Options, sleep_objective, space
 
 
-def main() -> None:
-    tasks = json.loads(Path(sys.argv[1]).read_text())
-    comm = MPI.COMM_WORLD
-    results = []
-    for task in tasks:
-        params = {name: (low + high) / 2 for name, (low, high) in space(task["function"]).items()}
-        ctx = Options(function=task["function"], sleep=task["sleep"])
-        seconds = 0.0
-        comm.Barrier()
-        start = time.time()
-        for _ in range(task["evals_per_worker"]):
-            t = time.time()
-            sleep_objective(params, ctx)
-            seconds += time.time() - t
-        comm.Barrier()
-        wall = time.time() - start
-        results.append({"evaluations": comm.reduce(task["evals_per_worker"]), "wall": wall,
-                        "objective_seconds": comm.reduce(seconds), "ranks": comm.Get_size()})
-    if comm.Get_rank() == 0:
-        Path(sys.argv[2]).write_text(json.dumps(results))
+def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
+    params = {name: (low + high) / 2 for name, (low, high) in space(task["function"]).items()}
+    ctx = Options(function=task["function"], sleep=task["sleep"])
+    seconds = 0.0
+    comm.Barrier()
+    start = time.time()
+    for _ in range(task["evals_per_worker"]):
+        t = time.time()
+        sleep_objective(params, ctx)
+        seconds += time.time() - t
+    comm.Barrier()
+    wall = time.time() - start
+    return {"evaluations": comm.reduce(task["evals_per_worker"]), "wall": wall,
+            "objective_seconds": comm.reduce(seconds), "ranks": comm.Get_size()}
 
 
 if __name__ == "__main__":
-    main()
+    serve(run)

@@ -11,10 +11,7 @@ barriers around ``optimize``; objective time is summed in the objective.
 
 from __future__ import annotations
 
-import json
-import math
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import optuna
 from mpi4py import MPI
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from side import Spent, serve
 
 from objectives import Options, sleep_objective, space
 
@@ -32,17 +30,12 @@ SAMPLERS = {"tpe": optuna.samplers.TPESampler, "cmaes": optuna.samplers.CmaEsSam
 def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
     limits = space(task["function"], task.get("dims"))
     ctx = Options(function=task["function"], sleep=task["sleep"])
-    spent = {"seconds": 0.0, "calls": 0, "best": math.inf}
+    spent = Spent()
 
     def objective(trial: optuna.Trial) -> float:
         params = {name: trial.suggest_float(name, low, high)
                   for name, (low, high) in limits.items()}
-        start = time.time()
-        loss = sleep_objective(params, ctx)
-        spent["seconds"] += time.time() - start
-        spent["calls"] += 1
-        spent["best"] = min(spent["best"], loss)
-        return loss
+        return spent.call(sleep_objective, params, ctx)
 
     Path(task["run_dir"]).mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(Path(task["run_dir"]) / "journal.log")))
@@ -57,20 +50,9 @@ def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
     start = time.time()
     study.optimize(objective, n_trials=task["evals_per_worker"])
     comm.Barrier()
-    wall = time.time() - start
-    return {"evaluations": comm.reduce(spent["calls"]), "wall": wall,
-            "objective_seconds": comm.reduce(spent["seconds"]),
-            "best": comm.reduce(spent["best"], op=MPI.MIN), "ranks": comm.Get_size()}
-
-
-def main() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tasks = json.loads(Path(sys.argv[1]).read_text())
-    comm = MPI.COMM_WORLD
-    results = [run(task, comm) for task in tasks]
-    if comm.Get_rank() == 0:
-        Path(sys.argv[2]).write_text(json.dumps(results))
+    return spent.result(comm, time.time() - start)
 
 
 if __name__ == "__main__":
-    main()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    serve(run)

@@ -12,17 +12,14 @@ is summed in the loss wrapper.
 
 from __future__ import annotations
 
-import json
-import math
 import random
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from mpi4py import MPI
 from propulate import Islands
 from propulate.utils import get_default_propagator
+from side import Spent, serve
 
 from objectives import Options, sleep_objective, space
 
@@ -30,15 +27,10 @@ from objectives import Options, sleep_objective, space
 def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
     limits = space(task["function"], task.get("dims"))
     ctx = Options(function=task["function"], sleep=task["sleep"])
-    spent = {"seconds": 0.0, "calls": 0, "best": math.inf}
+    spent = Spent()
 
     def loss_fn(ind: Any) -> float:
-        start = time.time()
-        loss = sleep_objective(ind, ctx)
-        spent["seconds"] += time.time() - start
-        spent["calls"] += 1
-        spent["best"] = min(spent["best"], loss)
-        return loss
+        return spent.call(sleep_objective, ind, ctx)
 
     # Not Propulate's tutorial seeding (seed + rank): with it, seed s on rank r draws the same
     # stream as seed s + 1 on rank r - 1, so a sweep over consecutive seeds reuses streams and
@@ -53,19 +45,8 @@ def run(task: dict[str, Any], comm: MPI.Comm) -> dict[str, Any]:
     start = time.time()
     islands.propulate(debug=0)
     comm.Barrier()
-    wall = time.time() - start
-    return {"evaluations": comm.reduce(spent["calls"]), "wall": wall,
-            "objective_seconds": comm.reduce(spent["seconds"]),
-            "best": comm.reduce(spent["best"], op=MPI.MIN), "ranks": comm.Get_size()}
-
-
-def main() -> None:
-    tasks = json.loads(Path(sys.argv[1]).read_text())
-    comm = MPI.COMM_WORLD
-    results = [run(task, comm) for task in tasks]
-    if comm.Get_rank() == 0:
-        Path(sys.argv[2]).write_text(json.dumps(results))
+    return spent.result(comm, time.time() - start)
 
 
 if __name__ == "__main__":
-    main()
+    serve(run)
