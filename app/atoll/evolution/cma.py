@@ -39,8 +39,10 @@ from atoll.evolution.mutation import interval_params
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Space
 
-INITIAL_SIGMA = 0.3
-"""In unit space: a third of every range, the usual start for a box-bounded search."""
+INITIAL_SIGMA = 1 / 6
+"""In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts. Measured at 10
+dimensions, 8 ranks and 2000 evaluations (5 seeds), a third of the range reached a 2-5x higher
+final loss on ackley, since the step first has to shrink further; a sixth reaches Optuna's."""
 
 
 def lattice_size(param: Param) -> int:
