@@ -3,30 +3,31 @@ TPE and CMA-ES samplers, on 4 and 8 ranks with 400 and 2000 evaluations.
 
 Every contender runs the same objective (benchmarks/objectives.py at DIMENSIONS dimensions,
 evaluations that sleep 2 ms), the same budget split evenly over the ranks, the same seeds; one
-mpirun per contender, function and layout, its seeds one after the other. The contenders:
+mpirun per search. The contenders:
 
-- Atoll's default: the GA on 2 islands with real migration (probability 0.1 per worker and
-  evaluation, as in the quality rows), population 2 x the workers of an island;
-- Atoll's CMA-ES: ``evolution.strategy = "cmaes"`` on 1 island (every worker shares one
-  distribution's results, as Optuna's workers share one study);
+- Atoll's GA on 2 islands with real migration (probability 0.1 per worker and evaluation, as in
+  the quality rows), population 2 x the workers of an island, with the step adapted by the
+  success rule (``sigma_rule = "success"``, the default) and with Propulate's fixed step;
+- Atoll's CMA-ES: ``evolution.strategy = "cmaes"`` on 1 island (every worker learns every
+  result, as Optuna's workers share one study);
 - Atoll's mixed islands: ``evolution.island_strategies = ["ga", "cmaes"]``, 2 islands, the
-  same migration as the default;
+  same migration as the GA;
 - Propulate 1.2.2's default propagator, 2 islands, as in the quality rows;
 - Optuna 5 with ``TPESampler`` and with ``CmaEsSampler`` (its defaults), one study per search
   in a journal file that every rank shares (benchmarks/optuna_side.py).
 
-The medians are over SEEDS seeds. Verdicts:
+The medians are over SEEDS seeds. Verdicts, per row:
 
-- Atoll's default is not worse than Propulate's (the quality rows' one-sided rank test at
-  level ALPHA) on every function;
-- the best Atoll configuration named in the README (BEST) has a median best loss at most 2x
-  Optuna's CMA-ES on the smooth functions (SMOOTH) and below it on the strongly multimodal
-  ones (the GA's lead).
+- Atoll's default (DEFAULT) is not worse than Propulate's (the quality rows' one-sided rank
+  test at level ALPHA);
+- on the smooth functions (SMOOTH) Atoll's CMA-ES has a median best loss at most 2x Optuna's
+  CMA-ES; on the strongly multimodal ones the default GA has a lower one (the GA's lead).
+  These are two configurations, the README's advice: no single one of Atoll's does both.
 
-Optuna's samplers cost tens of milliseconds per trial with a journal file (they replay the
-study and, for CMA-ES, unpickle the optimizer's state on every trial), so this measurement
-takes hours; for a quicker look, BENCH_PEER_SEEDS sets fewer seeds and BENCH_PEER_LAYOUTS
-fewer layouts (e.g. "8x2000,4x400": ranks x evaluations, in that order).
+Optuna's samplers cost tens of milliseconds per trial with a journal file (every trial reads
+the study), so this measurement takes hours; for a quicker look, BENCH_PEER_SEEDS sets fewer
+seeds and BENCH_PEER_LAYOUTS fewer layouts (e.g. "8x2000,4x400": ranks x evaluations, in that
+order).
 """
 
 from __future__ import annotations

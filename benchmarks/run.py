@@ -211,7 +211,7 @@ def write_results(path: Path, rows: list[Row], notes: list[str], info: dict[str,
                   loads: tuple[str, str]) -> None:
     failed = [r.measurement for r in rows if r.passed is False]
     text = [
-        "# Atoll vs Propulate 1.2.2: benchmark results",
+        "# Atoll vs Propulate 1.2.2 and Optuna 5: benchmark results",
         "",
         f"- date: {started:%Y-%m-%d %H:%M} (local time), took {seconds / 60:.1f} min",
         f"- command: `{command}` (from the repository root; `make bench` runs "
