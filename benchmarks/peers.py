@@ -58,6 +58,7 @@ CONTENDERS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "Optuna TPE": ("optuna", 1, {"sampler": "tpe"}),
     "Optuna CMA-ES": ("optuna", 1, {"sampler": "cmaes"}),
 }
+ATOLL = tuple(name for name in CONTENDERS if name.startswith("Atoll"))
 DEFAULT = "Atoll GA, success rule"
 SMOOTH_BEST, RUGGED_BEST, PEER = "Atoll CMA-ES", DEFAULT, "Optuna CMA-ES"
 
@@ -100,15 +101,14 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
                       for name in CONTENDERS}
             medians = {name: statistics.median(v) for name, v in losses.items()}
             target, met = verdict(function, losses)
-            ours = [n for n in CONTENDERS if n.startswith("Atoll")]
-            atoll = " / ".join(fmt(medians[n]) for n in ours)
-            other = " / ".join(fmt(medians[n]) for n in CONTENDERS if not n.startswith("Atoll"))
+            atoll = " / ".join(fmt(medians[n]) for n in ATOLL)
+            other = " / ".join(fmt(medians[n]) for n in CONTENDERS if n not in ATOLL)
             rows.append(Row(
                 f"peers, {function} {DIMENSIONS}-d, {ranks} ranks, {evaluations} evaluations "
                 f"of {JUDGED_SLEEP * 1e3:g} ms: median best loss over {len(SEEDS)} seeds "
                 "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed; other: "
                 "Propulate / Optuna TPE / Optuna CMA-ES); ratio: Atoll's best / Optuna CMA-ES",
-                atoll, other, f"{min(medians[n] for n in ours) / medians[PEER]:.2g}"
+                atoll, other, f"{min(medians[n] for n in ATOLL) / medians[PEER]:.2g}"
                 if medians[PEER] > 0 else "-", target, met))
             log(f"  {function}, {ranks} ranks, {evaluations}: " + ", ".join(
                 f"{n} {fmt(m)}" for n, m in medians.items()) + f"; {target}: "

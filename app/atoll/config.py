@@ -34,9 +34,11 @@ MIGRATION_MODES = ("migration", "pollination")
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
 STRATEGIES = ("ga", "cmaes")
-SIGMA_RULES = ("fixed", "success")
 """How an island breeds: ``ga`` the genetic algorithm (Propulate's), ``cmaes`` asynchronous
 CMA-ES (:mod:`atoll.evolution.cma`)."""
+SIGMA_RULES = ("fixed", "success")
+"""The GA's Gaussian step: ``fixed`` at ``sigma_factor`` (Propulate's), ``success`` adapted per
+worker by the 1/5th success rule (:mod:`atoll.evolution.step_size`)."""
 DIRECTIONS = ("minimize", "maximize")
 """Whether the objective's value is a loss (lower is better) or a score (higher is better)."""
 

@@ -116,8 +116,7 @@ class CMAES:
             return CMA(mean=start, sigma=INITIAL_SIGMA, bounds=np.tile([0.0, 1.0], (dims, 1)),
                        population_size=size, seed=seed)
         # A lattice of m values: the slice centres (k + 0.5) / m, k = 0 .. m - 1.
-        half = np.where(steps > 0, steps / 2, 0.0)
-        bounds = np.stack([half, 1.0 - half], axis=1)
+        bounds = np.stack([steps / 2, 1.0 - steps / 2], axis=1)  # continuous: [0, 1]
         start = np.clip(start, bounds[:, 0], bounds[:, 1])
         return CMAwM(mean=start, sigma=INITIAL_SIGMA, bounds=bounds, steps=steps,
                      population_size=size, seed=seed)

@@ -49,20 +49,20 @@ def default_propagator(space: Space, population_size: int,
     if settings.selection not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, "
                          f"got {settings.selection!r}")
-    scale = StepScale() if settings.sigma_rule == "success" else None
+    movable = interval_params(space)
+    scale = StepScale() if settings.sigma_rule == "success" and movable else None
     steps: list[Propagator] = [
         _pool(settings.selection, population_size, settings.tournament_size),
         SelectUniform(2),
         CrossoverUniform(settings.crossover),
         PointMutation(space, settings.mutation),
     ]
-    movable = interval_params(space)
     if movable:
         steps.append(IntervalMutationNormal(space, settings.sigma_factor, probability=1.0,
                                             scale=scale))
     steps.append(InitUniform(space, settings.random_init))
     breed: Propagator = Compose(steps)
-    if scale is not None and movable:
+    if scale is not None:
         breed = SuccessRule(breed, scale, settings.sigma_factor, population_size, len(movable))
     return Conditional(population_size, breed, InitUniform(space))
 
