@@ -8,6 +8,7 @@ import random
 
 import h5py
 import numpy as np
+import pytest
 from cmaes import CMAwM
 
 from atoll.engine.population import Population
@@ -73,8 +74,8 @@ def test_the_same_seed_gives_the_same_candidates():
 
 
 def test_an_immigrant_pulls_the_mean_towards_itself():
-    """The same own results plus one more: a far immigrant with the best loss moves the mean
-    towards it; the same slot filled by a mediocre point at the centre does not."""
+    """The same own results plus one more: a far immigrant bred by a GA with the best loss moves
+    the mean towards it; the same slot filled by a mediocre point at the centre does not."""
     space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
     corner = {f"x{i}": 0.95 for i in range(3)}
     means = []
@@ -82,14 +83,53 @@ def test_an_immigrant_pulls_the_mean_towards_itself():
         strategy, rng = CMAES(space), random.Random(1)
         strategy([], rng)  # the distribution starts at the centre
         size = strategy._cma.population_size
-        known = [Individual(id=i, params={f"x{j}": 0.5 + 0.05 * math.sin(i + j) for j in
-                                          range(3)}, loss=1.0 + 0.01 * i) for i in range(size - 1)]
+        known = [own(i, {f"x{j}": 0.5 + 0.05 * math.sin(i + j) for j in range(3)},
+                     1.0 + 0.01 * i) for i in range(size - 1)]
         known.append(Individual(id=size, params=extra, loss=0.0 if extra is corner else 5.0,
-                                island=1, origin=Origin.BRED))
+                                island=1, origin=Origin.BRED, parents=(3, 4)))
         strategy(known, rng)
         means.append(strategy.mean)
     to_corner = [float(np.linalg.norm(m - 0.95)) for m in means]
     assert to_corner[0] < to_corner[1] - 0.05
+
+
+def own(ind_id: int, params: dict, loss: float) -> Individual:
+    """A result CMA-ES sampled (bred, no parents)."""
+    return Individual(id=ind_id, params=params, loss=loss, origin=Origin.BRED)
+
+
+def test_an_injected_step_is_clipped_to_the_mahalanobis_limit():
+    strategy = CMAES(Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(4))))
+    strategy([], random.Random(0))
+    inner = strategy._cma
+    limit = 2.0 + 8.0 / 6.0  # sqrt(4) + 2 * 4 / (4 + 2)
+    near = inner.mean + 0.1 * cma.INITIAL_SIGMA
+    assert np.array_equal(cma.clip_step(inner, near), near)
+    far = np.array([0.99, 0.5, 0.5, 0.01])
+    clipped = cma.clip_step(inner, far)
+    step = (clipped - inner.mean) / cma.INITIAL_SIGMA  # the covariance starts as the identity
+    assert np.linalg.norm(step) == pytest.approx(limit)
+    direction = (far - inner.mean) / np.linalg.norm(far - inner.mean)
+    assert np.allclose(step / np.linalg.norm(step), direction)
+
+
+def test_results_cmaes_did_not_sample_are_learned_with_clipped_steps():
+    """A population of far points with good losses: bred by a GA, they move the mean at most
+    the clipping limit (times the step size); as CMA-ES's own, the whole way."""
+    space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
+    shifts = []
+    for parents in ((0, 0), (NO_PARENT, NO_PARENT)):
+        strategy, rng = CMAES(space), random.Random(2)
+        strategy([], rng)
+        size = strategy._cma.population_size
+        known = [Individual(id=i, params={f"x{j}": 0.98 - 0.01 * ((i + j) % 3) for j in range(3)},
+                            loss=1.0 + i, origin=Origin.BRED, parents=parents)
+                 for i in range(size)]
+        strategy(known, rng)
+        assert strategy._cma.generation == 1
+        shifts.append(float(np.linalg.norm(strategy.mean - 0.5)))
+    limit = math.sqrt(3) + 6 / 5
+    assert shifts[0] <= limit * cma.INITIAL_SIGMA + 1e-9 < shifts[1]
 
 
 def test_margin_keeps_integers_moving_after_the_floats_converged(monkeypatch):

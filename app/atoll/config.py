@@ -33,9 +33,10 @@ MIGRATION_MODES = ("migration", "pollination")
 """``migration`` moves individuals to another island, ``pollination`` sends copies."""
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
-STRATEGIES = ("ga", "cmaes")
+STRATEGIES = ("ga", "cmaes", "hybrid")
 """How an island breeds: ``ga`` the genetic algorithm (Propulate's), ``cmaes`` asynchronous
-CMA-ES (:mod:`atoll.evolution.cma`)."""
+CMA-ES (:mod:`atoll.evolution.cma`), ``hybrid`` both on one population, each candidate from the
+one recently more successful (:mod:`atoll.evolution.hybrid`)."""
 SIGMA_RULES = ("fixed", "success")
 """The GA's Gaussian step: ``fixed`` at ``sigma_factor`` (Propulate's), ``success`` adapted per
 worker by the 1/5th success rule (:mod:`atoll.evolution.step_size`)."""

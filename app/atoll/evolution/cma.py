@@ -19,6 +19,11 @@ parameters are taken from the best individual the island knows, each redrawn
 uniformly with probability ``1 / (number of parameters)`` (the GA's point mutation), or sampled
 while no result is known.
 
+Injected results: a result CMA-ES did not sample (bred by the GA of a hybrid island or of
+another island, or drawn at random) is learned the way Hansen's "Injecting external solutions
+into CMA-ES" (2011) prescribes: its step from the mean is clipped to a Mahalanobis length of
+sqrt(n) + 2n / (n + 2), so one far point cannot blow up the step size or the covariance.
+
 Restarts: when CMA-ES's own stopping tests fire (its step size or the spread of its losses has
 collapsed), it restarts around the best point with twice the population (IPOP-CMA-ES).
 
@@ -28,6 +33,7 @@ recorded result and the first call learns them all, in order of id, a population
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -43,6 +49,29 @@ INITIAL_SIGMA = 1 / 6
 """In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts. Measured at 10
 dimensions, 8 ranks and 2000 evaluations (5 seeds), a third of the range reached a 2-5x higher
 final loss on ackley, since the step first has to shrink further; a sixth reaches Optuna's."""
+
+
+def sampled_by_cmaes(ind: Individual) -> bool:
+    """Whether CMA-ES bred ``ind`` (on any worker): its candidates are bred with no parents, the
+    GA's with two, random ones are not bred."""
+    return ind.origin == Origin.BRED and ind.parents == (NO_PARENT, NO_PARENT)
+
+
+def clip_step(cma: CMA | CMAwM, point: np.ndarray) -> np.ndarray:
+    """``point`` moved towards the mean until its step has Mahalanobis length at most
+    sqrt(n) + 2n / (n + 2) under the current distribution (Hansen 2011).
+
+    cmaes has no public accessor for the distribution, so this reads its ``_mean``, ``_sigma``
+    and eigen decomposition; a CMAwM keeps its CMA in ``_cma``."""
+    inner = cma._cma if isinstance(cma, CMAwM) else cma
+    basis, scales = inner._eigen_decomposition()
+    step = (point - inner._mean) / inner._sigma
+    length = float(np.linalg.norm(basis @ ((basis.T @ step) / scales)))
+    n = len(point)
+    limit = math.sqrt(n) + 2.0 * n / (n + 2.0)
+    if length <= limit:
+        return point
+    return inner._mean + inner._sigma * step * (limit / length)
 
 
 def lattice_size(param: Param) -> int:
@@ -69,7 +98,7 @@ class CMAES:
         self.restarts = 0
         self._cma: CMA | CMAwM | None = None
         self._seen: set[int] = set()
-        self._pending: list[tuple[np.ndarray, float]] = []
+        self._pending: list[tuple[np.ndarray, float, bool]] = []  # point, loss, injected
         self._asked: tuple[Individual, np.ndarray] | None = None  # the last candidate, raw
 
     def __repr__(self) -> str:
@@ -129,14 +158,16 @@ class CMAES:
         asked, self._asked = self._asked, None
         for ind in new:
             self._seen.add(ind.id)
-            if ind.usable and self.numeric:
-                raw = asked[1] if asked is not None and asked[0] is ind else self._point(ind)
-                self._pending.append((raw, ind.loss))
+            if not (ind.usable and self.numeric):
+                continue
+            raw = asked[1] if asked is not None and asked[0] is ind else self._point(ind)
+            self._pending.append((raw, ind.loss, not sampled_by_cmaes(ind)))
         assert self._cma is not None
         size = self._cma.population_size
         while len(self._pending) >= size:
             batch, self._pending = self._pending[:size], self._pending[size:]
-            self._cma.tell(batch)
+            self._cma.tell([(clip_step(self._cma, x) if injected else x, loss)
+                            for x, loss, injected in batch])
             if self._cma.should_stop():
                 self._restart(individuals, rng)
                 size = self._cma.population_size

@@ -80,8 +80,14 @@ def island_propagator(space: Space, island: int, island_workers: int,
     """The propagator of a worker on ``island``: the island's strategy (``evolution.strategy``
     or its entry in ``evolution.island_strategies``). The GA's population is
     ``population_size`` or 2 x the island's workers; CMA-ES keeps its own default."""
-    if settings.strategy_of(island) == "cmaes":
-        from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
+    strategy = settings.strategy_of(island)
+    ga = default_propagator(space, settings.population_size or 2 * island_workers, settings)
+    if strategy == "ga":
+        return ga
+    from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
 
+    if strategy == "cmaes":
         return CMAES(space)
-    return default_propagator(space, settings.population_size or 2 * island_workers, settings)
+    from atoll.evolution.hybrid import Hybrid
+
+    return Hybrid(CMAES(space), ga)

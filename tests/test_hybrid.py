@@ -1,0 +1,132 @@
+"""The hybrid strategy: CMA-ES and the GA on one island's population, picked by recent success."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import numpy as np
+import pytest
+
+from atoll.config import EvolutionConfig
+from atoll.engine.population import Population
+from atoll.evolution import hybrid
+from atoll.evolution.default import island_propagator
+from atoll.evolution.hybrid import CMAES_, GA, Hybrid, bred_by
+from atoll.individual import NO_PARENT, Individual, Origin
+from atoll.record import open_run
+from atoll.space import FloatParam, Space
+from conftest import mpirun_atoll
+
+
+def box(dims: int, low: float, high: float) -> Space:
+    return Space(tuple(FloatParam(f"x{i}", low, high) for i in range(dims)))
+
+
+def sphere(params: dict) -> float:
+    return sum(float(v) ** 2 for v in params.values())
+
+
+def schwefel(params: dict) -> float:
+    x = np.array(list(params.values()), dtype=float)
+    return float(418.9829 * x.size - np.sum(x * np.sin(np.sqrt(np.abs(x)))))
+
+
+def island(space: Space, strategy: str, workers: int, loss, evaluations: int,
+           seed: int) -> float:
+    """One process, ``workers`` workers with a propagator each, every candidate evaluated
+    while the other workers breed theirs (so each learns a result ``workers - 1`` breeds
+    late, as on an island): the best loss."""
+    settings = EvolutionConfig(strategy=strategy)
+    breeders = [island_propagator(space, 0, workers, settings) for _ in range(workers)]
+    rngs = [random.Random(seed * 100 + k) for k in range(workers)]
+    population, in_flight = Population(), [None] * workers
+    for n in range(evaluations + workers):
+        k = n % workers
+        if in_flight[k] is not None:
+            in_flight[k].loss = loss(in_flight[k].params)
+            population.learn(in_flight[k])
+        if n < evaluations:
+            child = breeders[k](population.ranked, rngs[k])[0]
+            child.id, in_flight[k] = n, child
+    return min(i.loss for i in population)
+
+
+def result(ind_id: int, loss: float, strategy: int) -> Individual:
+    parents = (NO_PARENT, NO_PARENT) if strategy == CMAES_ else (0, 1)
+    return Individual(id=ind_id, params={"x0": 0.0, "x1": 0.0}, loss=loss,
+                      origin=Origin.BRED, parents=parents)
+
+
+def fresh() -> Hybrid:
+    breeder = island_propagator(box(2, -1.0, 1.0), 0, 2, EvolutionConfig(strategy="hybrid"))
+    assert isinstance(breeder, Hybrid)
+    return breeder
+
+
+def test_results_are_credited_to_the_strategy_that_bred_them():
+    assert bred_by(result(0, 1.0, CMAES_)) == CMAES_
+    assert bred_by(result(0, 1.0, GA)) == GA
+    assert bred_by(Individual(id=0, params={}, loss=1.0)) is None  # random
+    assert fresh().cmaes_share == 0.5  # nothing known yet
+
+
+def test_the_share_follows_the_strategy_that_finds_new_bests():
+    """CMA-ES's results keep improving on the best and the GA's do not: CMA-ES breeds almost
+    every candidate, down to the floor left for the GA; then the roles swap and so does the
+    share, within a few windows."""
+    breeder, rng = fresh(), random.Random(0)
+    known = [result(i, 100.0 - i if i % 2 else 1000.0, CMAES_ if i % 2 else GA)
+             for i in range(400)]
+    breeder(known, rng)
+    assert breeder.cmaes_share == pytest.approx(1.0 - hybrid.FLOOR)
+    known += [result(i, -i if i % 2 else 1000.0, GA if i % 2 else CMAES_)
+              for i in range(400, 1200)]
+    breeder(known, rng)
+    assert breeder.cmaes_share == pytest.approx(hybrid.FLOOR)
+
+
+def test_both_strategies_breed_and_respect_the_bounds():
+    space = box(4, -2.0, 3.0)
+    breeder, rng, population = island_propagator(space, 0, 1, EvolutionConfig(
+        strategy="hybrid")), random.Random(3), Population()
+    kinds = []
+    for n in range(300):
+        child = breeder(population.ranked, rng)[0]
+        assert all(-2.0 <= v <= 3.0 for v in child.params.values())
+        child.id, child.loss = n, sphere(child.params)
+        population.learn(child)
+        kinds.append(bred_by(child))
+    assert kinds.count(CMAES_) > 0 and kinds.count(GA) > 0
+
+
+def test_hybrid_refines_like_cmaes_and_crosses_basins_like_the_ga():
+    """Median of 3 seeds, 6 dimensions, 4 workers, 900 evaluations: on sphere the hybrid ends
+    orders of magnitude below the GA, on schwefel (deceptive, separable) well below CMA-ES."""
+    def median_best(strategy: str, space: Space, loss) -> float:
+        return statistics.median(island(space, strategy, 4, loss, 900, seed)
+                                 for seed in range(3))
+
+    smooth, rugged = box(6, -5.12, 5.12), box(6, -500.0, 500.0)
+    assert median_best("hybrid", smooth, sphere) < median_best("ga", smooth, sphere) / 100
+    assert median_best("hybrid", rugged, schwefel) < median_best("cmaes", rugged, schwefel) / 2
+
+
+def test_hybrid_islands_run_migrate_and_resume_to_their_budget(tmp_path):
+    run_dir = tmp_path / "hybrid"
+    first = mpirun_atoll(4, "search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(run_dir), "--set", "search.islands=2", "--set",
+                         "evolution.strategy=hybrid", "--set", "migration.probability=0.3",
+                         "--set", "search.evaluations=80", "-q")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=200", "-q")
+    assert again.returncode == 0, again.stderr[-3000:]
+    run = open_run(run_dir)
+    ind = run.individuals
+    assert len(ind) == 200 and len(np.unique(ind["id"])) == 200
+    bred = ind[ind["origin"] == int(Origin.BRED)]
+    by_cmaes = bred["parent_a"] == NO_PARENT
+    assert by_cmaes.any() and (~by_cmaes).any()  # both strategies bred
+    assert len(run.migrations) > 0
+    assert math.isfinite(float(np.min(ind["loss"])))
