@@ -33,10 +33,10 @@ from atoll.individual import Individual, Origin
 WINDOW = 100
 """Results over which success rates are remembered (an exponential forgetting horizon)."""
 
-FLOOR = 0.02
+FLOOR = 0.01
 """The least probability either strategy keeps, so that a change of regime is noticed."""
 
-PURSUIT = 0.05
+PURSUIT = 0.1
 """How far each result moves the probability of CMA-ES towards its target (Thierens's beta)."""
 
 PRIOR = 0.1
