@@ -43,14 +43,14 @@ PRIOR = 0.1
 """Pseudo-tries (half of them successes) in each rate: an untried strategy's rate is 1/2, and
 a few failures bring it down fast."""
 
-CMAES_, GA = 0, 1
+BY_CMAES, BY_GA = 0, 1
 
 
 def bred_by(ind: Individual) -> int | None:
     """Which strategy bred ``ind`` (None for random ones)."""
     if ind.origin != Origin.BRED:
         return None
-    return CMAES_ if sampled_by_cmaes(ind) else GA
+    return BY_CMAES if sampled_by_cmaes(ind) else BY_GA
 
 
 class Hybrid:
@@ -76,7 +76,7 @@ class Hybrid:
         """The strategy with the higher recent success rate (CMA-ES on a tie)."""
         cmaes, ga = ((s + PRIOR / 2) / (t + PRIOR)
                      for s, t in zip(self.successes, self.tries, strict=True))
-        return CMAES_ if cmaes >= ga else GA
+        return BY_CMAES if cmaes >= ga else BY_GA
 
     def __call__(self, individuals: Sequence[Individual],
                  rng: random.Random) -> list[Individual]:
@@ -99,5 +99,5 @@ class Hybrid:
             self.successes = [s * forget for s in self.successes]
             self.tries[strategy] += 1.0
             self.successes[strategy] += float(improved)
-            target = 1.0 - FLOOR if self._leader() == CMAES_ else FLOOR
+            target = 1.0 - FLOOR if self._leader() == BY_CMAES else FLOOR
             self.cmaes_share += PURSUIT * (target - self.cmaes_share)
