@@ -17,6 +17,7 @@ from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.record import open_run
 from atoll.space import FloatParam, Space
 from conftest import mpirun_atoll
+from test_strategies import MIXED
 
 
 def box(dims: int, low: float, high: float) -> Space:
@@ -86,15 +87,15 @@ def test_the_share_follows_the_strategy_that_finds_new_bests():
     assert breeder.cmaes_share == pytest.approx(hybrid.FLOOR)
 
 
-def test_both_strategies_breed_and_respect_the_bounds():
-    space = box(4, -2.0, 3.0)
-    breeder, rng, population = island_propagator(space, 0, 1, EvolutionConfig(
+def test_both_strategies_breed_and_respect_bounds_and_types():
+    breeder, rng, population = island_propagator(MIXED, 0, 1, EvolutionConfig(
         strategy="hybrid")), random.Random(3), Population()
     kinds = []
     for n in range(300):
         child = breeder(population.ranked, rng)[0]
-        assert all(-2.0 <= v <= 3.0 for v in child.params.values())
-        child.id, child.loss = n, sphere(child.params)
+        assert list(child.params) == list(MIXED.names) and MIXED.contains(child.params)
+        assert type(child.params["n"]) is int and isinstance(child.params["x"], float)
+        child.id, child.loss = n, float(child.params["x"]) ** 2 + child.params["n"]
         population.learn(child)
         kinds.append(bred_by(child))
     assert kinds.count(BY_CMAES) > 0 and kinds.count(BY_GA) > 0
