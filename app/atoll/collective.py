@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from atoll.errors import AtollError
+from atoll.errors import AtollError, described
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -71,7 +71,7 @@ def one_line(exc: BaseException) -> str:
 def _outcome(exc: Exception) -> Outcome:
     if isinstance(exc, (AtollError, OSError)):
         return True, one_line(exc)
-    return False, f"{type(exc).__name__}: {one_line(exc)}"
+    return False, described(exc)
 
 
 def _raise_first(outcomes: list[Outcome], caught: Exception | None,

@@ -1,6 +1,13 @@
 """Errors that reach the user as one clear line (the CLI prints them and exits 2)."""
 
 
+def described(exc: BaseException) -> str:
+    """``Type: first line`` of an error, or just ``Type`` when it says nothing: how a failed
+    individual, a failed import and another rank's crash are told in one line."""
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 class AtollError(Exception):
     """Bad input the user can fix: its message says what is wrong and how to fix it."""
 

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
+from atoll.errors import described
 from atoll.evaluation.context import Context
 from atoll.individual import Status
 
@@ -65,8 +66,7 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
         # Every rank of a worker fails alike: the leader warns, the others' logs keep theirs.
         log.log(logging.WARNING if ctx.is_leader else logging.INFO, "individual %d failed",
                 ctx.individual_id, exc_info=True)
-        first_line = (str(exc).splitlines() or [""])[0]
-        return math.nan, Status.FAILED, f"{type(exc).__name__}: {first_line}"[:1000]
+        return math.nan, Status.FAILED, described(exc)[:1000]
     if type(value) is float:  # the common case: nothing to check but finiteness
         loss = value
     else:

@@ -27,7 +27,7 @@ from atoll.engine.restore import restore_population
 from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
-from atoll.errors import AtollError, ObjectiveError, RecordError
+from atoll.errors import AtollError, ObjectiveError, RecordError, described
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_propagator
@@ -35,7 +35,7 @@ from atoll.evolution.pruning import MedianRule
 from atoll.individual import Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
-from atoll.objectives.loader import check_preflight, described, load_objective
+from atoll.objectives.loader import check_preflight, load_objective
 from atoll.record import full
 from atoll.record.claim import Claim, claim
 from atoll.record.models import TopWeights, prune_to_top

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from atoll.errors import ObjectiveError
+from atoll.errors import ObjectiveError, described
 from atoll.objectives.benchmarks import BENCHMARKS
 
 
@@ -54,12 +54,6 @@ def check_preflight(name: str, objective: Callable[..., Any]) -> Callable[..., A
                              f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function; "
                              "make it preflight(options, data_dir, parameter_names) or remove it")
     return check
-
-
-def described(exc: BaseException) -> str:
-    """``Type: first line`` of an error, or just ``Type`` when it says nothing."""
-    first = (str(exc).splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def _import(module_name: str, fallback: Sequence[str]) -> Any:
