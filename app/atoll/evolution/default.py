@@ -78,8 +78,9 @@ def _pool(selection: str, population_size: int, tournament_size: int) -> Propaga
 def island_propagator(space: Space, island: int, island_workers: int,
                       settings: EvolutionConfig) -> Propagator:
     """The propagator of a worker on ``island``: the island's strategy (``evolution.strategy``
-    or its entry in ``evolution.island_strategies``). The GA's population is
-    ``population_size`` or 2 x the island's workers; CMA-ES keeps its own default."""
+    or its entry in ``evolution.island_strategies``): the GA, CMA-ES, or both (hybrid). The
+    GA's population is ``population_size`` or 2 x the island's workers; CMA-ES keeps its own
+    default."""
     strategy = settings.strategy_of(island)
     ga = default_propagator(space, settings.population_size or 2 * island_workers, settings)
     if strategy == "ga":
