@@ -17,15 +17,11 @@ from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.record import open_run
 from atoll.space import FloatParam, Space
 from conftest import mpirun_atoll
-from test_strategies import MIXED
+from test_strategies import MIXED, sphere
 
 
 def box(dims: int, low: float, high: float) -> Space:
     return Space(tuple(FloatParam(f"x{i}", low, high) for i in range(dims)))
-
-
-def sphere(params: dict) -> float:
-    return sum(float(v) ** 2 for v in params.values())
 
 
 def schwefel(params: dict) -> float:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 from cmaes import CMA, CMAwM
 
-from atoll.evolution.base import ANY
+from atoll.evolution.base import ANY, unseen
 from atoll.evolution.mutation import interval_params
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Space
@@ -152,12 +152,11 @@ class CMAES:
 
     def _learn(self, individuals: Sequence[Individual], rng: random.Random) -> None:
         """Tell CMA-ES every new result, a population at a time, in order of id."""
-        new = sorted((i for i in individuals if i.id not in self._seen), key=lambda i: i.id)
+        new = unseen(individuals, self._seen)
         # The loop evaluates each candidate before it asks again: the last one is new now, or
         # it failed and never will be (and is learned at its values if it ever arrives later).
         asked, self._asked = self._asked, None
         for ind in new:
-            self._seen.add(ind.id)
             if not (ind.usable and self.numeric):
                 continue
             raw = asked[1] if asked is not None and asked[0] is ind else self._point(ind)

@@ -82,13 +82,13 @@ def island_propagator(space: Space, island: int, island_workers: int,
     GA's population is ``population_size`` or 2 x the island's workers; CMA-ES keeps its own
     default."""
     strategy = settings.strategy_of(island)
-    ga = default_propagator(space, settings.population_size or 2 * island_workers, settings)
+    ga_population = settings.population_size or 2 * island_workers
     if strategy == "ga":
-        return ga
+        return default_propagator(space, ga_population, settings)
     from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
 
     if strategy == "cmaes":
         return CMAES(space)
     from atoll.evolution.hybrid import Hybrid
 
-    return Hybrid(CMAES(space), ga)
+    return Hybrid(CMAES(space), default_propagator(space, ga_population, settings))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from atoll.evolution.base import ANY, Propagator
+from atoll.evolution.base import ANY, Propagator, unseen
 from atoll.evolution.cma import CMAES, sampled_by_cmaes
 from atoll.individual import Individual, Origin
 
@@ -85,11 +85,10 @@ class Hybrid:
         return pick(individuals, rng)
 
     def _credit(self, individuals: Sequence[Individual]) -> None:
-        new = sorted((i for i in individuals if i.id not in self._seen and i.usable),
-                     key=lambda i: i.id)
         forget = 1.0 - 1.0 / WINDOW
-        for ind in new:
-            self._seen.add(ind.id)
+        for ind in unseen(individuals, self._seen):
+            if not ind.usable:
+                continue
             strategy = bred_by(ind)
             improved = ind.loss < self._best
             self._best = min(self._best, ind.loss)
