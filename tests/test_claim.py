@@ -19,7 +19,7 @@ import pytest
 from atoll.engine.restore import completed_count
 from atoll.record import open_run
 from atoll.record.claim import CLAIM_FILE, STALE_AFTER
-from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, run
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
 
 SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
 ROUNDS = 3  # before claims, 1 in 15 same-moment starts both ran and 5 of 5 resumes did
@@ -181,3 +181,92 @@ def test_a_holder_on_another_host_is_waited_for_until_its_heartbeat_would_be_sta
         stop.set()
         beat.join()
     assert path.exists()  # the live holder's claim stays
+
+
+def take_over_by_hand(path: Path, host: str = "elsewhere") -> str:
+    """What another job's take-over leaves: its own claim in place of this one's."""
+    text = json.dumps({"host": host, "pid": 1, "slurm_job": "99", "since": time.time()})
+    fresh = path.with_name("fresh")
+    fresh.write_text(text)
+    os.replace(fresh, path)
+    return text
+
+
+def test_a_claim_taken_over_is_neither_refreshed_nor_removed_and_its_job_is_told(
+        tmp_path, monkeypatch):
+    """A holder that lost its lease (a hung file system) must not keep the other job's claim
+    fresh, nor delete it when it ends."""
+    from atoll.record import claim as claims
+
+    monkeypatch.setattr(claims, "HEARTBEAT", 0.1)
+    held = claims.claim(tmp_path, create=False)
+    assert held is not None
+    told = threading.Event()
+    held.when_lost(told.set)
+    path = tmp_path / CLAIM_FILE
+    others = take_over_by_hand(path)
+    old = time.time() - 30
+    os.utime(path, (old, old))
+    assert told.wait(5)
+    assert "host elsewhere, pid 1, SLURM job 99" in held.lost_to
+    time.sleep(0.5)  # five more beats: none refreshes the other job's claim
+    assert path.stat().st_mtime == pytest.approx(old, abs=1e-3)
+    held.release()
+    assert path.read_text() == others
+    late = threading.Event()
+    held.when_lost(late.set)  # a job that asks after the fact is told at once
+    assert late.is_set()
+
+
+def test_a_claim_deleted_by_hand_while_held_is_taken_again(tmp_path, monkeypatch):
+    from atoll.record import claim as claims
+
+    monkeypatch.setattr(claims, "HEARTBEAT", 0.1)
+    held = claims.claim(tmp_path, create=False)
+    assert held is not None
+    path = tmp_path / CLAIM_FILE
+    path.unlink()
+    deadline = time.monotonic() + 5
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.read_text() == held.text and not held.lost_to
+    held.release()
+    assert not path.exists()
+
+
+def test_a_job_whose_claim_is_taken_over_stops_and_leaves_the_run_to_the_other(tmp_path):
+    """Two ranks, one of them holding the claim: when another job's claim replaces it, the job
+    stops at its next heartbeat with one line and exit 2, keeps the rows it wrote, records no
+    end (run.h5 and results.h5 are the other job's to write) and leaves the other claim."""
+    from atoll.record.claim import HEARTBEAT
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", *SLOW, "--run-dir", str(run_dir), "--set",
+                   "search.generations=100000", "--set", "record.flush_interval=0.2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(run_dir.glob("workers/*.h5")):
+            time.sleep(0.2)
+        time.sleep(2.0)  # some flushes
+        others = take_over_by_hand(run_dir / CLAIM_FILE)
+        taken = time.monotonic()
+        _, err = proc.communicate(timeout=HEARTBEAT + 60)
+        stopped_after = time.monotonic() - taken
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    assert proc.returncode == 2, err[-2000:]
+    assert stopped_after < HEARTBEAT + 30
+    lines = [line for line in err.splitlines() if line.startswith("atoll: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert lines[0].startswith(f"atoll: error: {run_dir}: another job (host elsewhere, pid 1, "
+                               "SLURM job 99, since ")
+    assert "took over this run directory while this job ran" in lines[0]
+    assert (run_dir / CLAIM_FILE).read_text() == others
+    recorded = open_run(run_dir)
+    assert len(recorded.individuals) > 0  # the rows flushed before the stop are kept
+    assert list(recorded.jobs["exit_code"]) == [-1]  # its end is not recorded
+    assert not (run_dir / "results.h5").exists()

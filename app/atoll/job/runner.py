@@ -37,7 +37,7 @@ from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import check_preflight, load_objective
 from atoll.record import full
-from atoll.record.claim import Claim, claim
+from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
 
 if TYPE_CHECKING:
@@ -97,14 +97,14 @@ def _run_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
 
     try:
         on_root(comm, take)
-        return _claimed_job(paths, comm, plan)
+        return _claimed_job(paths, comm, plan, held)
     finally:
         for taken in held:
             taken.release()
 
 
-def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan]
-                 ) -> JobSummary:
+def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobPlan],
+                 held: Sequence[Claim]) -> JobSummary:
     t0 = time.time()
     hosts = comm.gather(_hostname(), root=0) or []
     draft = on_root(comm, plan)
@@ -125,6 +125,8 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
     with rank_log(paths.log_file(job.job, comm.Get_rank()), rank=comm.Get_rank(),
                   host=_hostname(), worker=topo.worker):
         stop = StopFlag(comm).install()
+        for taken in held:
+            taken.when_lost(lambda: stop.request(CLAIM_LOST))
         if config.search.wall_time:
             stop.deadline = t0 + config.search.wall_time
         remaining = max(job.budget - job.done, 0)
@@ -137,6 +139,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
                 stats = role.run(budget)
         finally:
             stopped = stop.close()
+        _refuse_if_taken_over(comm, paths, held)
         wall = time.time() - start
         gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
         disk_full = next((m for m in comm.allgather(full.seen()) if m), "")
@@ -159,6 +162,18 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
                                      default=start) - t0,
         results_file=results, exit_code=exit_code, disk_full=disk_full)
+
+
+def _refuse_if_taken_over(comm: MPI.Comm, paths: record.RunPaths,
+                          held: Sequence[Claim]) -> None:
+    """End a job whose claim another job took over (collective): its rows are in its own
+    worker files, but its end would write run.h5 and results.h5 beside the other job."""
+    holder = comm.bcast(next((c.lost_to for c in held if c.lost_to), ""), root=0)
+    if holder:
+        raise RecordError(
+            f"{paths.run_dir}: another job ({holder}) took over this run directory while this "
+            f"job ran (this job's claim went unrefreshed for {STALE_AFTER:g} s); this job "
+            "stopped, its evaluations are kept, and the run goes on in the other job")
 
 
 def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,

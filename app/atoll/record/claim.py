@@ -10,6 +10,11 @@ time every :data:`HEARTBEAT` seconds; a claim whose holder is gone (a dead pid o
 no heartbeat for :data:`STALE_AFTER` seconds) is taken over with a warning. A job that finds
 the claim of a job on another host waits until that claim would have gone stale before it
 refuses: a job requeued right after its node was lost then continues instead of failing.
+
+A lease can be lost while its holder lives (a node whose file system hung for a minute): each
+heartbeat checks that the claim is still this job's before refreshing it. One taken over by
+another job is neither refreshed nor deleted, and the job is told (:meth:`Claim.when_lost`) so
+that it stops before two jobs write one run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +39,63 @@ HEARTBEAT = 10.0
 """Seconds between refreshes of a held claim's modification time."""
 STALE_AFTER = 60.0
 """A claim not refreshed for this long belongs to a job that is gone (a crash, a lost node)."""
+CLAIM_LOST = "another job took over the run directory"
+"""The reason a job whose claim was taken over gives for stopping."""
 DYING = 3.0
 """Seconds to wait for a holder on this host that may be being killed, before refusing."""
 
 
-@dataclass
 class Claim:
     """A held claim on a run directory; :meth:`release` gives it up (and removes a run
     directory this claim created, if nothing else was written into it)."""
 
-    path: Path
-    made_dir: bool
-    _stop: threading.Event
-    _beat: threading.Thread
+    def __init__(self, path: Path, text: str, made_dir: bool) -> None:
+        self.path = path
+        self.text = text
+        """The claim's content as this job wrote it: a claim with any other is another job's."""
+        self.made_dir = made_dir
+        self.lost_to = ""
+        """Who holds the run directory now, once this job's claim was taken over."""
+        self._on_lost: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="atoll-claim")
+        self._beat.start()
+
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the heartbeat's thread) if this claim is taken over; at
+        once if it was already."""
+        self._on_lost.append(callback)
+        if self.lost_to:
+            callback()
 
     def release(self) -> None:
         self._stop.set()
         self._beat.join()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if _read(self.path) == self.text:  # never another job's claim
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
         if self.made_dir:
             with contextlib.suppress(OSError):
                 self.path.parent.rmdir()  # only if empty: never removes what others wrote
+
+    def _heartbeat(self) -> None:
+        """Refresh the claim while it is this job's; tell the job once it is not."""
+        while not self._stop.wait(HEARTBEAT):
+            try:
+                found = self.path.read_text()
+            except FileNotFoundError:  # deleted by hand: this job takes it again if it can
+                found = _link(self.path, self.text) or _read(self.path)
+            except OSError:
+                continue  # a file system hiccup: try again at the next beat
+            if found and found != self.text:
+                self.lost_to = _describe(_parsed(found))
+                log.error("%s: another job took over this run directory (%s) while this job "
+                          "ran; stopping", self.path.parent, self.lost_to)
+                for callback in self._on_lost:
+                    callback()
+                return
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
 
 
 def claim(run_dir: Path, *, create: bool) -> Claim | None:
@@ -73,8 +113,9 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
     except OSError:
         return None
     path = run_dir / CLAIM_FILE
+    text = _holder()
     try:
-        _create(path)
+        _create(path, text)
     except FileExistsError:
         seen = _read(path)
         holder = _parsed(seen)
@@ -88,7 +129,7 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
                 f"{STALE_AFTER:g} s is taken over by itself)") from None
         _take_over(path, seen, holder)
         try:
-            _create(path)
+            _create(path, text)
         except FileExistsError:  # another job took it over first
             raise RecordError(f"{run_dir}: another job took over this run directory at the "
                               "same moment; wait for it to end") from None
@@ -97,25 +138,34 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
         return None
-    stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
-                            name="atoll-claim")
-    beat.start()
-    return Claim(path, made, stop, beat)
+    return Claim(path, text, made)
 
 
-def _create(path: Path) -> None:
+def _holder() -> str:
+    """This job as a claim names it."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "since": time.time()})
+
+
+def _create(path: Path, text: str) -> None:
     """Write the holder to a file of our own, then link it to the claim's name: the link is
     atomic and fails if the claim exists (also on NFS), and a claim is never seen half
     written. FileExistsError if another job holds it."""
-    holder = {"host": socket.gethostname(), "pid": os.getpid(),
-              "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "since": time.time()}
-    mine = path.with_name(f"{path.name}.{holder['host']}.{holder['pid']}")
+    mine = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}")
     try:
-        mine.write_text(json.dumps(holder))
+        mine.write_text(text)
         os.link(mine, path)
     finally:
         mine.unlink(missing_ok=True)
+
+
+def _link(path: Path, text: str) -> str:
+    """Take a claim that is missing again: ``text`` if this job holds it now, else ""."""
+    try:
+        _create(path, text)
+    except OSError:
+        return ""
+    return text
 
 
 def _take_over(path: Path, seen: str, holder: dict[str, Any]) -> None:
@@ -222,9 +272,3 @@ def _describe(holder: dict[str, Any]) -> str:
     if isinstance(since, (int, float)):
         text += f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
     return text
-
-
-def _heartbeat(path: Path, stop: threading.Event) -> None:
-    while not stop.wait(HEARTBEAT):
-        with contextlib.suppress(OSError):
-            os.utime(path)
