@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,16 +87,63 @@ def test_stop_flag_probes_at_most_every_interval_sees_a_notice_and_keeps_an_agre
         assert rank["kept_after_agreeing"] == 50  # every round, on both ranks
 
 
-@pytest.mark.parametrize("delay", [0.3, 0.45, 0.7])
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4])
 def test_a_signal_right_after_launch_is_a_stop_not_a_crash(tmp_path, delay):
-    """SLURM may signal a job step at any moment, also while Python and MPI start."""
+    """SLURM may signal a job step at any moment, also while the command line is imported,
+    the config read and MPI started. Delays count from the moment the process catches the
+    signal: before it, in the interpreter's own start, no program can (on a loaded machine
+    that took over 0.3 s once)."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         atoll_cmd("search", "--config", "tests/configs/slow_sphere.toml", "--run-dir",
                   str(run_dir), "-q", "--set", "search.generations=500"),
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not catches(proc.pid, signal.SIGUSR1) and time.monotonic() < deadline:
+        time.sleep(0.001)
     time.sleep(delay)
     proc.send_signal(signal.SIGUSR1)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-2000:]
     assert "Traceback" not in err and "Stopped before the budget was spent" in out
+
+
+CATCH_BEFORE_CLICK = """
+import signal, sys
+caught = {}
+class Watch:  # notes whether SIGUSR1 is caught when click is first imported
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "click" and name not in caught:
+            caught[name] = signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL
+sys.meta_path.insert(0, Watch)
+sys.argv = ["atoll", *sys.argv[1:]]
+from atoll.__main__ import main
+try:
+    main()
+except SystemExit:
+    pass
+print(caught)
+"""
+
+
+@pytest.mark.parametrize("command, caught", [("search", True), ("resume", True),
+                                             ("inspect", False)])
+def test_a_job_catches_stop_signals_before_the_command_line_is_imported(command, caught):
+    """The ``atoll`` command's entry point (pyproject's script) catches them first, so a signal
+    while click and the rest are imported is a stop; other commands keep the defaults."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["atoll"] == "atoll.__main__:main"
+    done = subprocess.run([sys.executable, "-c", CATCH_BEFORE_CLICK, command, "--no-such"],
+                          cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == repr({"click": caught}), done.stderr

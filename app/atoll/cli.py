@@ -335,14 +335,11 @@ def report(run_dir: Path, out: Path | None, csv_files: bool, json_files: bool, t
 
 
 def main() -> None:
-    """The ``atoll`` entry point: a usage error (unknown option, missing argument) is one line
-    and exit code 2, like every other bad input, instead of click's usage block."""
+    """The command line (``atoll.__main__`` catches stop signals first): a usage error
+    (unknown option, missing argument) is one line and exit code 2, like every other bad
+    input, instead of click's usage block."""
     from atoll.logs import launcher_rank
 
-    if sys.argv[1:2] in (["search"], ["resume"]):  # a job: stop signals are a stop from now on
-        from atoll.engine.early import catch_early
-
-        catch_early()
     try:
         code = cli.main(prog_name="atoll", standalone_mode=False)
     except click.UsageError as exc:
@@ -356,7 +353,3 @@ def main() -> None:
     except click.Abort:  # Ctrl-C at a click prompt (none today); keep click's exit code
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    main()
