@@ -172,8 +172,8 @@ def _refuse_if_taken_over(comm: MPI.Comm, paths: record.RunPaths,
     if holder:
         raise RecordError(
             f"{paths.run_dir}: another job ({holder}) took over this run directory while this "
-            f"job ran (this job's claim went unrefreshed for {STALE_AFTER:g} s); this job "
-            "stopped, its evaluations are kept, and the run goes on in the other job")
+            f"job ran (its claim looked gone: unrefreshed for {STALE_AFTER:g} s, or deleted); "
+            "this job stopped, its evaluations are kept, and the run goes on in the other job")
 
 
 def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,

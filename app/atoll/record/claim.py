@@ -89,8 +89,8 @@ class Claim:
                 continue  # a file system hiccup: try again at the next beat
             if found and found != self.text:
                 self.lost_to = _describe(_parsed(found))
-                log.error("%s: another job took over this run directory (%s) while this job "
-                          "ran; stopping", self.path.parent, self.lost_to)
+                log.warning("%s: another job took over this run directory (%s) while this "
+                            "job ran; stopping", self.path.parent, self.lost_to)
                 for callback in self._on_lost:
                     callback()
                 return
