@@ -84,7 +84,9 @@ class Claim:
             try:
                 found = self.path.read_text()
             except FileNotFoundError:  # deleted by hand: this job takes it again if it can
-                found = _link(self.path, self.text) or _read(self.path)
+                with contextlib.suppress(OSError):
+                    _create(self.path, self.text)
+                found = _read(self.path)
             except OSError:
                 continue  # a file system hiccup: try again at the next beat
             if found and found != self.text:
@@ -157,15 +159,6 @@ def _create(path: Path, text: str) -> None:
         os.link(mine, path)
     finally:
         mine.unlink(missing_ok=True)
-
-
-def _link(path: Path, text: str) -> str:
-    """Take a claim that is missing again: ``text`` if this job holds it now, else ""."""
-    try:
-        _create(path, text)
-    except OSError:
-        return ""
-    return text
 
 
 def _take_over(path: Path, seen: str, holder: dict[str, Any]) -> None:
