@@ -83,6 +83,22 @@ def test_the_share_follows_the_strategy_that_finds_new_bests():
     assert breeder.cmaes_share == pytest.approx(hybrid.FLOOR)
 
 
+def test_a_faded_record_waits_before_it_takes_the_lead_again():
+    """The GA failed once; since then CMA-ES has found a new best with every tenth result. The
+    GA's record fades, but 200 results later its rate, shrunk towards the island's, still reads
+    below CMA-ES's: CMA-ES keeps breeding (with PRIOR's 1/2 alone, the GA had taken the lead
+    some 90 results after its failure). A GA that finds new bests takes the lead all the same."""
+    breeder, rng = fresh(), random.Random(0)
+    known = [Individual(id=0, params={"x0": 0.0, "x1": 0.0}, loss=0.0),  # random: the first best
+             result(1, 1000.0, BY_GA)]
+    known += [result(i, -i if i % 10 == 0 else 1000.0, BY_CMAES) for i in range(2, 202)]
+    breeder(known, rng)
+    assert breeder.cmaes_share > 0.9
+    known += [result(i, -i, BY_GA) for i in range(202, 222)]
+    breeder(known, rng)
+    assert breeder.cmaes_share < 0.5
+
+
 def test_both_strategies_breed_and_respect_bounds_and_types():
     breeder, rng, population = island_propagator(MIXED, 0, 1, EvolutionConfig(
         strategy="hybrid")), random.Random(3), Population()
