@@ -22,12 +22,12 @@ record fades. Each rate is shrunk towards the island's pooled rate by SHRINK pse
 (empirical Bayes: a Beta prior centred on what the island achieves), so a faded record reads as
 the island's rate, a hair above the leader's (the pooled rate holds PRIOR's 1/2): the strategy
 at the floor takes the lead again, for a burst of candidates, only when its last failure has
-all but faded (some 330 results after it, against some 90 when a faded record read as PRIOR's
-1/2). Those bursts re-probe the GA on a rugged function, where it then takes over; on a smooth
-one they took 3% of the candidates from CMA-ES at 8 ranks and 2000 evaluations, and tripled
-sphere's final loss. Without the re-probing (pooled rate without PRIOR) the GA never took over
-on schwefel in time (a one-process simulation: 267 against 0.56 at 4 workers and 2000
-evaluations).
+all but faded (while the leader finds a new best once in ten results: some 330 results after
+it, against some 90 when a faded record read as PRIOR's 1/2). Those bursts re-probe the GA on a
+rugged function, where it then takes over; on a smooth one they took 3% of the candidates from
+CMA-ES at 8 ranks and 2000 evaluations, and tripled sphere's final loss. Without the re-probing
+(pooled rate without PRIOR) the GA never took over on schwefel in time (a one-process
+simulation: 267 against 0.56 at 4 workers and 2000 evaluations).
 
 The state is not recorded: on resume it is rebuilt from the restored population, learned in
 order of id.
