@@ -61,7 +61,6 @@ rows' six functions): against 2 and 5 pseudo-tries, it costs rastrigin least at 
 evaluations; against none (PRIOR alone), 2-3x lower final losses on sphere and ackley at 2000
 evaluations. Measured for real in benchmarks/RESULTS.md."""
 
-
 BY_CMAES, BY_GA = 0, 1
 
 
