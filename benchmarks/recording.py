@@ -63,7 +63,7 @@ def _individuals(n: int, worker: int = 0) -> list[Any]:
     now = time.time()
     return [Individual(id=i, params={f"x{k}": float(values[i, k]) for k in range(4)},
                        island=0, worker=worker, generation=i, owner=worker,
-                       parents=(max(i - 2, -1), max(i - 1, -1)), origin=Origin.BRED,
+                       parents=(max(i - 2, -1), max(i - 1, -1)), origin=Origin.GA,
                        loss=float(losses[i]), born=now + i, started=now + i,
                        finished=now + i + 0.5)
             for i in range(n)]

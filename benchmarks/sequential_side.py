@@ -33,19 +33,19 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"  # the in-memory mailbox l
 def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
     from atoll.engine.island import breeding_rng
     from atoll.engine.population import Population
-    from atoll.evolution import default_propagator
+    from atoll.evolution import ga_strategy
     from atoll.space import Space
 
     f = FUNCTIONS[function][0]
     search_space = Space.from_dict(space_table(function))
-    propagator, rng, population = default_propagator(search_space, pop_size), \
+    strategy, rng, population = ga_strategy(search_space, pop_size), \
         breeding_rng(1000 + seed, 0, 0), Population()
     best = float("inf")
     for n in range(evaluations):
-        ind = propagator(population.ranked, rng)[0]
-        ind.id = n
+        ind = strategy.ask(population.ranked, rng, n)
         ind.loss = float(f(np.array([ind.params[k] for k in search_space.names])))
         population.learn(ind)
+        strategy.tell(ind)
         best = min(best, ind.loss)
     return best
 
@@ -86,7 +86,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
     from atoll.config import MigrationConfig
     from atoll.engine.island import IslandLoop, breeding_rng
     from atoll.engine.topology import Layout
-    from atoll.evolution import default_propagator
+    from atoll.evolution import ga_strategy
     from atoll.individual import Status
     from atoll.space import Space
 
@@ -104,7 +104,7 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
         best[0] = min(best[0], ind.loss)
 
     loops = [IslandLoop(layout=Layout(WORKERS, 1, ISLANDS), worker=w, mailbox=post.mailbox(w),
-                        propagator=default_propagator(search_space, pop_size), evaluate=evaluate,
+                        strategy=ga_strategy(search_space, pop_size), evaluate=evaluate,
                         recorder=MemoryRecorder(),
                         migration=MigrationConfig("migration", MIGRATION_PROBABILITY, 1),
                         rng=breeding_rng(1000 + seed, 0, w)) for w in range(WORKERS)]

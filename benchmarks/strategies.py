@@ -32,7 +32,7 @@ def best_loss(function: str, strategies: tuple[str, str], seed: int) -> float:
     from atoll.config import EvolutionConfig, MigrationConfig
     from atoll.engine.island import IslandLoop, breeding_rng
     from atoll.engine.topology import Layout
-    from atoll.evolution.default import island_propagator
+    from atoll.evolution.default import island_strategy
     from atoll.individual import Status
     from atoll.space import FloatParam, Space
 
@@ -51,8 +51,8 @@ def best_loss(function: str, strategies: tuple[str, str], seed: int) -> float:
         best[0] = min(best[0], ind.loss)
 
     loops = [IslandLoop(layout=layout, worker=w, mailbox=post.mailbox(w),
-                        propagator=island_propagator(space, layout.island_of_worker(w),
-                                                     WORKERS // ISLANDS, settings),
+                        strategy=island_strategy(space, layout.island_of_worker(w),
+                                                 WORKERS // ISLANDS, settings),
                         evaluate=evaluate, recorder=MemoryRecorder(),
                         migration=MigrationConfig("migration", 0.1, 1),
                         rng=breeding_rng(1000 + seed, 0, w)) for w in range(WORKERS)]

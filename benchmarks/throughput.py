@@ -124,16 +124,17 @@ def wake_up_cost(repeats: int = 300) -> tuple[float, float]:
     """
     from atoll.engine.island import breeding_rng
     from atoll.engine.population import Population
-    from atoll.evolution import default_propagator
+    from atoll.evolution import ga_strategy
     from atoll.space import Space
     from objectives import space_table
 
     space = Space.from_dict(space_table("schwefel"))
-    breed, rng, population = default_propagator(space, 4), breeding_rng(1, 0, 0), Population()
+    strategy, rng, population = ga_strategy(space, 4), breeding_rng(1, 0, 0), Population()
     for i in range(50):
-        ind = breed(population.ranked, rng)[0]
-        ind.id, ind.loss = i, rng.random()
+        ind = strategy.ask(population.ranked, rng, i)
+        ind.loss = rng.random()
         population.learn(ind)
+        strategy.tell(ind)
 
     def timed(pause: float) -> float:
         times = []
@@ -141,7 +142,7 @@ def wake_up_cost(repeats: int = 300) -> tuple[float, float]:
             if pause:
                 time.sleep(pause)
             start = time.perf_counter()
-            breed(population.ranked, rng)
+            strategy.ask(population.ranked, rng, -1)
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 

@@ -207,11 +207,11 @@ def test_mutation_lineage(op):
     parent = population(MIXED, 8)[3]
     (child,) = op([parent], g)
     assert child is not parent and child.params is not parent.params
-    assert (child.id, child.origin, child.parents) == (-1, Origin.BRED, (parent.id, NO_PARENT))
-    bred = Individual(id=-1, params=dict(parent.params), origin=Origin.BRED, parents=(4, 7))
+    assert (child.id, child.origin, child.parents) == (-1, Origin.GA, (parent.id, NO_PARENT))
+    bred = Individual(id=-1, params=dict(parent.params), origin=Origin.GA, parents=(4, 7))
     (again,) = op([bred], g)
     assert again is not bred
-    assert (again.id, again.origin, again.parents) == (-1, Origin.BRED, (4, 7))
+    assert (again.id, again.origin, again.parents) == (-1, Origin.GA, (4, 7))
     fresh = Individual(id=-1, params=dict(parent.params), origin=Origin.RANDOM)
     assert op([fresh], g)[0].origin == Origin.RANDOM
 
@@ -230,7 +230,7 @@ def test_crossover_takes_about_half_from_each_parent():
     for _ in range(n):
         (child,) = op([a, b], g)
         assert space.contains(child.params)
-        assert (child.id, child.origin, child.parents) == (-1, Origin.BRED, (1, 2))
+        assert (child.id, child.origin, child.parents) == (-1, Origin.GA, (1, 2))
         for i in range(10):
             from_b[i] += child.params[f"x{i}"] == 1.0
     assert within(sum(from_b) / (10 * n), 0.5, 10 * n)
@@ -326,7 +326,7 @@ def test_init_uniform_arity_follows_probability():
         (fresh,) = InitUniform(MIXED)(inputs, g)
         assert space_ok(fresh) and (fresh.id, fresh.origin, fresh.parents) == \
             (-1, Origin.RANDOM, (NO_PARENT, NO_PARENT))
-    child = Individual(id=-1, params=MIXED.sample(g), origin=Origin.BRED, parents=(1, 2))
+    child = Individual(id=-1, params=MIXED.sample(g), origin=Origin.GA, parents=(1, 2))
     assert InitUniform(MIXED, 0.0)([child], g) == [child]
     n = 4000
     replaced = sum(InitUniform(MIXED, 0.1)([child], g)[0] is not child for _ in range(n))
@@ -358,7 +358,7 @@ def test_default_propagator_fills_then_breeds():
     for _ in range(500):
         (ind,) = prop(pop, g)
         assert_typed(MIXED, ind.params)
-        assert ind.origin == Origin.BRED and ind.id == -1 and set(ind.parents) <= ids
+        assert ind.origin == Origin.GA and ind.id == -1 and set(ind.parents) <= ids
 
 
 @pytest.mark.parametrize("selection", ["best", "uniform", "tournament"])

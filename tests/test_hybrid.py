@@ -11,8 +11,8 @@ import pytest
 from atoll.config import EvolutionConfig
 from atoll.engine.population import Population
 from atoll.evolution import hybrid
-from atoll.evolution.default import island_propagator
-from atoll.evolution.hybrid import BY_CMAES, BY_GA, Hybrid, bred_by
+from atoll.evolution.default import island_strategy
+from atoll.evolution.hybrid import BY_CMAES, Hybrid
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.record import open_run
 from atoll.space import FloatParam, Space
@@ -31,11 +31,11 @@ def schwefel(params: dict) -> float:
 
 def island(space: Space, strategy: str, workers: int, loss, evaluations: int,
            seed: int) -> float:
-    """One process, ``workers`` workers with a propagator each, every candidate evaluated
+    """One process, ``workers`` workers with a strategy each, every candidate evaluated
     while the other workers breed theirs (so each learns a result ``workers - 1`` breeds
     late, as on an island): the best loss."""
     settings = EvolutionConfig(strategy=strategy)
-    breeders = [island_propagator(space, 0, workers, settings) for _ in range(workers)]
+    breeders = [island_strategy(space, 0, workers, settings) for _ in range(workers)]
     rngs = [random.Random(seed * 100 + k) for k in range(workers)]
     population, in_flight = Population(), [None] * workers
     for n in range(evaluations + workers):
@@ -43,29 +43,42 @@ def island(space: Space, strategy: str, workers: int, loss, evaluations: int,
         if in_flight[k] is not None:
             in_flight[k].loss = loss(in_flight[k].params)
             population.learn(in_flight[k])
+            for breeder in breeders:
+                breeder.tell(in_flight[k])
         if n < evaluations:
-            child = breeders[k](population.ranked, rngs[k])[0]
-            child.id, in_flight[k] = n, child
+            in_flight[k] = breeders[k].ask(population.ranked, rngs[k], n)
     return min(i.loss for i in population)
 
 
-def result(ind_id: int, loss: float, strategy: int) -> Individual:
-    parents = (NO_PARENT, NO_PARENT) if strategy == BY_CMAES else (0, 1)
-    return Individual(id=ind_id, params={"x0": 0.0, "x1": 0.0}, loss=loss,
-                      origin=Origin.BRED, parents=parents)
+def result(ind_id: int, loss: float, origin: Origin) -> Individual:
+    parents = (NO_PARENT, NO_PARENT) if origin == Origin.CMAES else (0, 1)
+    return Individual(id=ind_id, params={"x0": 0.0, "x1": 0.0}, loss=loss, origin=origin,
+                      parents=parents)
+
+
+def tell_and_ask(breeder: Hybrid, new: list[Individual], rng: random.Random) -> None:
+    for ind in new:
+        breeder.tell(ind)
+    breeder.ask(sorted((i for i in new if i.usable), key=lambda i: i.loss), rng, -1)
 
 
 def fresh() -> Hybrid:
-    breeder = island_propagator(box(2, -1.0, 1.0), 0, 2, EvolutionConfig(strategy="hybrid"))
+    breeder = island_strategy(box(2, -1.0, 1.0), 0, 2, EvolutionConfig(strategy="hybrid"))
     assert isinstance(breeder, Hybrid)
     return breeder
 
 
 def test_results_are_credited_to_the_strategy_that_bred_them():
-    assert bred_by(result(0, 1.0, BY_CMAES)) == BY_CMAES
-    assert bred_by(result(0, 1.0, BY_GA)) == BY_GA
-    assert bred_by(Individual(id=0, params={}, loss=1.0)) is None  # random
-    assert fresh().cmaes_share == 0.5  # nothing known yet
+    """Told the same results, the tries counted follow each result's origin; a random one
+    is credited to neither."""
+    breeder, rng = fresh(), random.Random(0)
+    assert breeder.cmaes_share == 0.5  # nothing known yet
+    tell_and_ask(breeder, [result(0, 1.0, Origin.CMAES), result(1, 2.0, Origin.CMAES),
+                           result(2, 3.0, Origin.GA),
+                           Individual(id=3, params={"x0": 0.0, "x1": 0.0}, loss=0.5)], rng)
+    forget = 1.0 - 1.0 / hybrid.WINDOW  # each credited result fades the earlier ones
+    assert breeder.tries[BY_CMAES] == pytest.approx((1.0 + forget) * forget)
+    assert breeder.tries[1 - BY_CMAES] == pytest.approx(1.0)
 
 
 def test_the_share_follows_the_strategy_that_finds_new_bests():
@@ -73,13 +86,11 @@ def test_the_share_follows_the_strategy_that_finds_new_bests():
     every candidate, down to the floor left for the GA; then the roles swap and so does the
     share, within a few windows."""
     breeder, rng = fresh(), random.Random(0)
-    known = [result(i, 100.0 - i if i % 2 else 1000.0, BY_CMAES if i % 2 else BY_GA)
-             for i in range(400)]
-    breeder(known, rng)
+    tell_and_ask(breeder, [result(i, 100.0 - i if i % 2 else 1000.0,
+                                  Origin.CMAES if i % 2 else Origin.GA) for i in range(400)], rng)
     assert breeder.cmaes_share == pytest.approx(1.0 - hybrid.FLOOR)
-    known += [result(i, -i if i % 2 else 1000.0, BY_GA if i % 2 else BY_CMAES)
-              for i in range(400, 1200)]
-    breeder(known, rng)
+    tell_and_ask(breeder, [result(i, -i if i % 2 else 1000.0, Origin.GA if i % 2 else Origin.CMAES)
+                           for i in range(400, 1200)], rng)
     assert breeder.cmaes_share == pytest.approx(hybrid.FLOOR)
 
 
@@ -90,27 +101,27 @@ def test_a_faded_record_waits_before_it_takes_the_lead_again():
     some 90 results after its failure). A GA that finds new bests takes the lead all the same."""
     breeder, rng = fresh(), random.Random(0)
     known = [Individual(id=0, params={"x0": 0.0, "x1": 0.0}, loss=0.0),  # random: the first best
-             result(1, 1000.0, BY_GA)]
-    known += [result(i, -i if i % 10 == 0 else 1000.0, BY_CMAES) for i in range(2, 202)]
-    breeder(known, rng)
+             result(1, 1000.0, Origin.GA)]
+    known += [result(i, -i if i % 10 == 0 else 1000.0, Origin.CMAES) for i in range(2, 202)]
+    tell_and_ask(breeder, known, rng)
     assert breeder.cmaes_share > 0.9
-    known += [result(i, -i, BY_GA) for i in range(202, 222)]
-    breeder(known, rng)
+    tell_and_ask(breeder, [result(i, -i, Origin.GA) for i in range(202, 222)], rng)
     assert breeder.cmaes_share < 0.5
 
 
 def test_both_strategies_breed_and_respect_bounds_and_types():
-    breeder, rng, population = island_propagator(MIXED, 0, 1, EvolutionConfig(
+    breeder, rng, population = island_strategy(MIXED, 0, 1, EvolutionConfig(
         strategy="hybrid")), random.Random(3), Population()
     kinds = []
     for n in range(300):
-        child = breeder(population.ranked, rng)[0]
+        child = breeder.ask(population.ranked, rng, n)
         assert list(child.params) == list(MIXED.names) and MIXED.contains(child.params)
         assert type(child.params["n"]) is int and isinstance(child.params["x"], float)
-        child.id, child.loss = n, float(child.params["x"]) ** 2 + child.params["n"]
+        child.loss = float(child.params["x"]) ** 2 + child.params["n"]
         population.learn(child)
-        kinds.append(bred_by(child))
-    assert kinds.count(BY_CMAES) > 0 and kinds.count(BY_GA) > 0
+        breeder.tell(child)
+        kinds.append(child.origin)
+    assert kinds.count(Origin.CMAES) > 0 and kinds.count(Origin.GA) > 0
 
 
 def test_hybrid_refines_like_cmaes_and_crosses_basins_like_the_ga():
@@ -137,9 +148,9 @@ def test_hybrid_islands_run_migrate_and_resume_to_their_budget(tmp_path):
     run = open_run(run_dir)
     ind = run.individuals
     assert len(ind) == 200 and len(np.unique(ind["id"])) == 200
-    bred = ind[ind["origin"] == int(Origin.BRED)]
-    by_cmaes = bred["parent_a"] == NO_PARENT
-    assert by_cmaes.any() and (~by_cmaes).any()  # both strategies bred
+    by_cmaes, by_ga = ind["origin"] == int(Origin.CMAES), ind["origin"] == int(Origin.GA)
+    assert by_cmaes.any() and by_ga.any()  # both strategies bred
+    assert (ind["parent_a"][by_cmaes] == NO_PARENT).all()
     assert len(run.migrations) > 0
     # The resumed job learned the first one's results: it breeds from them and improves on them.
     first_best = float(np.min(ind["loss"][ind["id"] < 80]))

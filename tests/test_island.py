@@ -9,9 +9,10 @@ import pytest
 
 from atoll.config import MigrationConfig
 from atoll.engine.island import Budget, IslandLoop, breeding_rng, geometric
+from atoll.engine.population import Population
 from atoll.engine.protocol import Tag
 from atoll.engine.topology import Layout
-from atoll.evolution import default_propagator
+from atoll.evolution import Continue, ga_strategy
 from atoll.individual import Individual, Status
 from atoll.space import Space
 from memory_mailbox import MemoryPost, MemoryRecorder
@@ -54,7 +55,7 @@ def loops(workers: int, islands: int, migration: MigrationConfig | None = None,
     post = MemoryPost(workers)
     recorders = [MemoryRecorder() for _ in range(workers)]
     made = [IslandLoop(layout=Layout(workers, 1, islands), worker=w, mailbox=post.mailbox(w),
-                       propagator=default_propagator(SPACE, 4), evaluate=sphere,
+                       strategy=ga_strategy(SPACE, 4), evaluate=sphere,
                        recorder=recorders[w], migration=migration or MigrationConfig(),
                        rng=breeding_rng(3, 0, w), id_base=id_base) for w in range(workers)]
     return made, recorders
@@ -157,3 +158,77 @@ def test_run_stops_at_the_budget_and_interrupted_evaluations_do_not_count() -> N
     asked = iter([False, False, True])
     made2, _ = loops(workers=1, islands=1)
     assert made2[0].run(Budget(100, lambda: next(asked))).evaluations == 2
+
+
+# -- the strategy seam: every result told once, in one order; continuations -----------------
+
+
+class Recording:
+    """The GA, noting every id it is told and every id it is asked for."""
+
+    def __init__(self, continue_first: Individual | None = None) -> None:
+        self.ga = ga_strategy(SPACE, 4)
+        self.told: list[int] = []
+        self.pending = continue_first
+
+    def ask(self, ranked, rng, ident):
+        if self.pending is not None:
+            ind, self.pending = self.pending, None
+            return Continue(ind)
+        return self.ga.ask(ranked, rng, ident)
+
+    def tell(self, result: Individual) -> None:
+        self.told.append(result.id)
+        self.ga.tell(result)
+
+
+def test_a_strategy_is_told_every_result_of_its_island_once() -> None:
+    """Own results, partners' and immigrants' (pollination copies come back with higher
+    versions: told once all the same)."""
+    post = MemoryPost(4)
+    strategies = [Recording() for _ in range(4)]
+    made = [IslandLoop(layout=Layout(4, 1, 2), worker=w, mailbox=post.mailbox(w),
+                       strategy=strategies[w], evaluate=sphere, recorder=MemoryRecorder(),
+                       migration=MigrationConfig(mode="pollination", probability=0.5),
+                       rng=breeding_rng(3, 0, w)) for w in range(4)]
+    run_in_turns(made, per_worker=10)
+    for loop, strategy in zip(made, strategies, strict=True):
+        assert len(strategy.told) == len(set(strategy.told))  # once each
+        assert set(strategy.told) == {ind.id for ind in loop.population}
+        own = {loop.id_base + g * 4 + loop.worker for g in range(10)}
+        partner = {g * 4 + w for g in range(10) for w in loop.peers}
+        assert own | partner <= set(strategy.told)
+    immigrants = set(strategies[0].told) - {g * 4 + w for g in range(10) for w in (0, 1)}
+    assert immigrants and all(i % 4 in (2, 3) for i in immigrants)
+
+
+def test_a_restored_population_is_told_in_order_of_id_before_the_first_ask() -> None:
+    restored = Population()
+    for ident in (7, 3, 5):
+        restored.learn(Individual(id=ident, params={"x": ident / 10}, loss=float(ident)))
+    strategy = Recording()
+    loop = IslandLoop(layout=Layout(1, 1, 1), worker=0, mailbox=MemoryPost(1).mailbox(0),
+                      strategy=strategy, evaluate=sphere, recorder=MemoryRecorder(),
+                      migration=MigrationConfig(), rng=breeding_rng(3, 0, 0), id_base=8,
+                      population=restored)
+    assert strategy.told == [3, 5, 7]
+    loop.step(0)
+    assert strategy.told == [3, 5, 7, 8]
+
+
+def test_a_continued_individual_keeps_its_id_and_parameters_and_is_told_again() -> None:
+    interrupted = Individual(id=5, params={"x": 0.5}, status=Status.INTERRUPTED, born=1.0)
+    restored = Population()
+    restored.learn(interrupted)
+    strategy = Recording(continue_first=interrupted)
+    recorder = MemoryRecorder()
+    loop = IslandLoop(layout=Layout(1, 1, 1), worker=0, mailbox=MemoryPost(1).mailbox(0),
+                      strategy=strategy, evaluate=sphere, recorder=recorder,
+                      migration=MigrationConfig(), rng=breeding_rng(3, 0, 0), id_base=6,
+                      population=restored)
+    loop.step(0)
+    loop.step(1)
+    first, second = recorder.individuals
+    assert (first.id, first.params, first.status, first.born) == (5, {"x": 0.5}, Status.OK, 1.0)
+    assert first.loss == 0.25 and second.id == 7  # the next new one takes the next id
+    assert strategy.told == [5, 5, 7] and loop.population.get(5).status == Status.OK

@@ -28,7 +28,7 @@ def test_codec_round_trip_keeps_every_field(loss: float, status: Status) -> None
     ind = Individual(id=2**40 + 3, params={"lr": 3e-4, "layers": 2**40, "act": "gelü",
                                            "flag": False, "batch": 64},
                      island=3, worker=17, generation=99, owner=5, version=7, parents=(11, -1),
-                     origin=Origin.BRED, loss=loss, status=status, born=1.5, started=2.25,
+                     origin=Origin.GA, loss=loss, status=status, born=1.5, started=2.25,
                      finished=3.125)
     codec = Codec(MIXED)
     wire = codec.encode(ind)
@@ -39,7 +39,7 @@ def test_codec_round_trip_keeps_every_field(loss: float, status: Status) -> None
         assert getattr(back, name) == getattr(ind, name), name
     assert type(back.params["flag"]) is bool and type(back.params["layers"]) is int
     assert back.loss == loss or (math.isnan(back.loss) and math.isnan(loss))
-    assert back.origin is Origin.BRED and back.status is status
+    assert back.origin is Origin.GA and back.status is status
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

@@ -70,7 +70,7 @@ def individual(i: int, *, worker: int = 0, status: Status = Status.OK) -> Indivi
                 "act": ("relu", "tanh", "gelü")[i % 3], "batch": (16, 32, 64)[i % 3],
                 "dropout": (0.0, 0.25, 0.5)[i % 3], "norm": i % 2 == 0},
         parents=(i - 1, i - 2) if i >= 2 else (-1, -1),
-        origin=Origin.BRED if i >= 2 else Origin.RANDOM,
+        origin=Origin.GA if i >= 2 else Origin.RANDOM,
         loss=math.nan if status == Status.FAILED else 10.0 - i * 0.5, status=status,
         born=1000.0 + i, started=1000.5 + i, finished=1001.0 + i,
         error=f"Traceback ...\nValueError: bad {i}" if status == Status.FAILED else "")
@@ -143,7 +143,7 @@ def test_dtypes(space: Space) -> None:
     assert h5py.check_string_dtype(dt["act"]) and h5py.check_string_dtype(dt["error"])
     assert h5py.check_enum_dtype(dt["status"]) == {
         "ok": 0, "failed": 1, "pruned": 2, "interrupted": 3}
-    assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "bred": 1}
+    assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "ga": 1, "cmaes": 2}
     assert epoch_dtype(["acc"]).names == ("individual", "epoch", "time", "acc")
     assert h5py.check_enum_dtype(migration_dtype()["mode"]) == {"migration": 0, "pollination": 1}
     with pytest.raises(RecordError, match="reserved"):

@@ -32,9 +32,10 @@ def drive(strategy: CMAES, loss, evaluations: int, seed: int = 0) -> Population:
     """A one-process island: ask, evaluate, learn, as the island loop does."""
     rng, population = random.Random(seed), Population()
     for n in range(evaluations):
-        child = strategy(population.ranked, rng)[0]
-        child.id, child.loss = n, loss(child.params)
+        child = strategy.ask(population.ranked, rng, n)
+        child.loss = loss(child.params)
         population.learn(child)
+        strategy.tell(child)
     return population
 
 
@@ -49,7 +50,7 @@ def test_candidates_respect_bounds_and_types():
         assert type(p["n"]) is int and 1 <= p["n"] <= 7
         assert type(p["width"]) is int and 8 <= p["width"] <= 512
         assert p["batch"] in (16, 32, 64) and p["act"] in ("relu", "tanh")
-        assert ind.origin == Origin.BRED and ind.parents == (NO_PARENT, NO_PARENT)
+        assert ind.origin == Origin.CMAES and ind.parents == (NO_PARENT, NO_PARENT)
     best = population.ranked[0].params
     assert best["act"] == "relu" and abs(math.log10(best["lr"]) + 2) < 0.5
 
@@ -81,26 +82,32 @@ def test_an_immigrant_pulls_the_mean_towards_itself():
     means = []
     for extra in (corner, {f"x{i}": 0.5 for i in range(3)}):
         strategy, rng = CMAES(space), random.Random(1)
-        strategy([], rng)  # the distribution starts at the centre
+        strategy.ask([], rng, -1)  # the distribution starts at the centre
         size = strategy._cma.population_size
         known = [own(i, {f"x{j}": 0.5 + 0.05 * math.sin(i + j) for j in range(3)},
                      1.0 + 0.01 * i) for i in range(size - 1)]
         known.append(Individual(id=size, params=extra, loss=0.0 if extra is corner else 5.0,
-                                island=1, origin=Origin.BRED, parents=(3, 4)))
-        strategy(known, rng)
+                                island=1, origin=Origin.GA, parents=(3, 4)))
+        tell_and_ask(strategy, known, rng)
         means.append(strategy.mean)
     to_corner = [float(np.linalg.norm(m - 0.95)) for m in means]
     assert to_corner[0] < to_corner[1] - 0.05
 
 
 def own(ind_id: int, params: dict, loss: float) -> Individual:
-    """A result CMA-ES sampled (bred, no parents)."""
-    return Individual(id=ind_id, params=params, loss=loss, origin=Origin.BRED)
+    """A result CMA-ES sampled."""
+    return Individual(id=ind_id, params=params, loss=loss, origin=Origin.CMAES)
+
+
+def tell_and_ask(strategy: CMAES, known: list[Individual], rng: random.Random) -> Individual:
+    for ind in known:
+        strategy.tell(ind)
+    return strategy.ask(known, rng, -1)
 
 
 def test_an_injected_step_is_clipped_to_the_mahalanobis_limit():
     strategy = CMAES(Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(4))))
-    strategy([], random.Random(0))
+    strategy.ask([], random.Random(0), -1)
     inner = strategy._cma
     limit = 2.0 + 8.0 / 6.0  # sqrt(4) + 2 * 4 / (4 + 2)
     near = inner.mean + 0.1 * cma.INITIAL_SIGMA
@@ -118,14 +125,14 @@ def test_results_cmaes_did_not_sample_are_learned_with_clipped_steps():
     the clipping limit (times the step size); as CMA-ES's own, the whole way."""
     space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
     shifts = []
-    for parents in ((0, 0), (NO_PARENT, NO_PARENT)):
+    for origin in (Origin.GA, Origin.CMAES):
         strategy, rng = CMAES(space), random.Random(2)
-        strategy([], rng)
+        strategy.ask([], rng, -1)
         size = strategy._cma.population_size
         known = [Individual(id=i, params={f"x{j}": 0.98 - 0.01 * ((i + j) % 3) for j in range(3)},
-                            loss=1.0 + i, origin=Origin.BRED, parents=parents)
+                            loss=1.0 + i, origin=origin)
                  for i in range(size)]
-        strategy(known, rng)
+        tell_and_ask(strategy, known, rng)
         assert strategy._cma.generation == 1
         shifts.append(float(np.linalg.norm(strategy.mean - 0.5)))
     limit = math.sqrt(3) + 6 / 5
@@ -159,10 +166,10 @@ def test_linear_ints_and_ordinals_are_lattices_log_ints_and_floats_are_not():
     assert cma.lattice_size(IntParam("width", 8, 512, log=True)) == 0
     assert cma.lattice_size(FloatParam("x", 0.0, 1.0)) == 0
     strategy = CMAES(MIXED)
-    strategy([], random.Random(0))
+    strategy.ask([], random.Random(0), -1)
     assert isinstance(strategy._cma, CMAwM)
     floats = CMAES(Space((FloatParam("a", 0.0, 1.0), FloatParam("b", 0.0, 1.0))))
-    floats([], random.Random(0))
+    floats.ask([], random.Random(0), -1)
     assert not isinstance(floats._cma, CMAwM)
 
 
@@ -186,11 +193,10 @@ def test_mixed_islands_run_migrate_and_end_by_themselves(tmp_path):
     run = open_run(run_dir)
     ind = run.individuals
     assert len(ind) == 160
-    bred = ind[ind["origin"] == int(Origin.BRED)]
-    # Workers 0, 1 breed for island 0 (GA: two parents), 2, 3 for island 1 (CMA-ES: none).
-    ga, cma = bred[bred["worker"] < 2], bred[bred["worker"] >= 2]
-    assert len(ga) and (ga["parent_a"] != NO_PARENT).all()
-    assert len(cma) == 80 and (cma["parent_a"] == NO_PARENT).all()
+    # Workers 0, 1 breed for island 0 (the GA, from parents), 2, 3 for island 1 (CMA-ES).
+    ga, cma = ind[ind["origin"] == int(Origin.GA)], ind[ind["origin"] == int(Origin.CMAES)]
+    assert len(ga) and (ga["worker"] < 2).all() and (ga["parent_a"] != NO_PARENT).all()
+    assert len(cma) == 80 and (cma["worker"] >= 2).all() and (cma["parent_a"] == NO_PARENT).all()
     assert len(run.migrations) > 0
     assert set(run.migrations["to_island"].tolist()) == {0, 1}
 

@@ -19,10 +19,12 @@ class Status(IntEnum):
 
 
 class Origin(IntEnum):
-    """How the parameters were made."""
+    """How the parameters were made: at random, or which strategy bred them (its own column in
+    the record, so that views and strategies never infer it)."""
 
     RANDOM = 0  # sampled from the space (initial population or random init)
-    BRED = 1  # produced by the propagator from parents
+    GA = 1  # bred by the genetic algorithm's operators from parents
+    CMAES = 2  # sampled from CMA-ES's distribution (no parents)
 
 
 NO_PARENT = -1

@@ -20,7 +20,7 @@ from atoll.config import MigrationConfig
 from atoll.engine.population import Population
 from atoll.engine.protocol import Handler, Tag
 from atoll.engine.topology import Layout
-from atoll.evolution import Propagator
+from atoll.evolution.strategy import Continue, Strategy
 from atoll.individual import Individual, Status
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def geometric(rng: random.Random, p: float) -> int:
     return 1 + math.floor(math.log(1.0 - rng.random()) / math.log1p(-p))
 
 
-Evaluator = Callable[[Individual], None]
+Evaluate = Callable[[Individual], None]
 """Evaluates an individual in place (sets loss, status, error, started, finished)."""
 
 
@@ -95,7 +95,7 @@ class IslandLoop:
     """One worker leader's asynchronous search. Collective only in :meth:`run`'s final drain."""
 
     def __init__(self, *, layout: Layout, worker: int, mailbox: Mailbox,
-                 propagator: Propagator, evaluate: Evaluator, recorder: Recorder,
+                 strategy: Strategy, evaluate: Evaluate, recorder: Recorder,
                  migration: MigrationConfig, rng: random.Random, id_base: int = 0,
                  population: Population | None = None) -> None:
         self.layout = layout
@@ -103,13 +103,15 @@ class IslandLoop:
         self.island = layout.island_of_worker(worker)
         self.peers = tuple(w for w in layout.workers_on_island(self.island) if w != worker)
         self.mailbox = mailbox
-        self.propagator = propagator
+        self.strategy = strategy
         self.evaluate = evaluate
         self.recorder = recorder
         self.migration = migration
         self.rng = rng
         self.id_base = id_base
         self.population = population if population is not None else Population()
+        for ind in sorted(self.population, key=lambda i: i.id):  # restored: told in one order
+            self.strategy.tell(ind)
         self.stats = IslandStats()
         self._until_emigration = self._emigration_gap()
 
@@ -147,7 +149,7 @@ class IslandLoop:
             self.stats.first_evaluation = ind.started
         self.stats.objective_seconds += ind.finished - ind.started
         self.stats.completed += ind.status != Status.INTERRUPTED
-        self.population.learn(ind)
+        self._learn(ind)
         self.recorder.add_individual(ind)
         self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
         self._until_emigration -= 1
@@ -157,18 +159,30 @@ class IslandLoop:
         self.recorder.maybe_flush()
 
     def _breed(self, generation: int) -> Individual:
-        child = self.propagator(self.population.ranked, self.rng)[0]
-        child.id = self.id_base + generation * self.layout.workers + self.worker
+        ident = self.id_base + generation * self.layout.workers + self.worker
+        proposal = self.strategy.ask(self.population.ranked, self.rng, ident)
+        if isinstance(proposal, Continue):  # its own id and parameters, evaluated on here
+            child = replace(proposal.individual, params=dict(proposal.individual.params),
+                            loss=math.nan, status=Status.OK, error="")
+        else:
+            child = proposal
+            child.born = time.time()
         child.island, child.worker, child.owner = self.island, self.worker, self.worker
         child.generation, child.version, child.active = generation, 0, True
-        child.born = time.time()
         return child
+
+    def _learn(self, ind: Individual) -> None:
+        """The population learns ``ind``; the strategy is told of each result once (an
+        interrupted one again when it is continued)."""
+        known = self.population.get(ind.id)
+        if self.population.learn(ind) and (known is None or known.status == Status.INTERRUPTED):
+            self.strategy.tell(ind)
 
     def _receive(self, tag: Tag, source: int, payload: Any) -> None:
         if tag == Tag.DEACTIVATE:
             self.population.deactivate(*payload)
         else:
-            self.population.learn(payload)
+            self._learn(payload)
 
     def _emigrate(self) -> None:
         candidates = self.population.owned_by(self.worker, self.migration.migrants)

@@ -14,7 +14,7 @@ import numpy as np
 
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
-from atoll.individual import Individual, Origin, Status
+from atoll.individual import NO_PARENT, Individual, Origin, Status
 from atoll.space import Space
 
 COMPLETED = (Status.OK, Status.FAILED, Status.PRUNED)
@@ -71,10 +71,18 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
             island=island, worker=columns["worker"][n], generation=columns["generation"][n],
             owner=workers[ind_id % len(workers)], version=0,
             parents=(columns["parent_a"][n], columns["parent_b"][n]),
-            origin=Origin(columns["origin"][n]), loss=columns["loss"][n], status=Status.OK,
+            origin=_origin(columns["origin"][n], columns["parent_a"][n]),
+            loss=columns["loss"][n], status=Status.OK,
             born=columns["born"][n], started=columns["started"][n],
             finished=columns["finished"][n]))
     return population
+
+
+def _origin(value: int, parent_a: int) -> Origin:
+    """Records before the origin named the strategy said "bred" (1) for CMA-ES's candidates
+    too; the GA's always have a parent, CMA-ES's none."""
+    origin = Origin(value)
+    return Origin.CMAES if origin == Origin.GA and parent_a == NO_PARENT else origin
 
 
 def _enum_value(dtype: np.dtype, name: str) -> int:

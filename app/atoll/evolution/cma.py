@@ -8,16 +8,16 @@ and learns from the island's results it knows, so the island's instances follow 
 closely without a message of their own.
 
 Space: the numeric parameters (floats, ints, ordinals) are searched in their unit view (log
-parameters in log space), so one step size fits all. Linear ints and ordinals take equal slices
-of the unit interval, so they are a lattice there, and CMA-ES with margin (``cmaes.CMAwM``,
-Hamano et al. 2022) searches them: it keeps the chance of leaving the current value above a
-margin, so a narrow integer range does not freeze once the step is smaller than one value. A
-candidate's raw point (``x_for_tell``) is what the update learns for the worker's own candidates;
-results from elsewhere (the island's other workers, immigrants, the record on resume) are
-learned at their values. Log ints are not a lattice in the unit view and are rounded. Categorical
-parameters are taken from the best individual the island knows, each redrawn
-uniformly with probability ``1 / (number of parameters)`` (the GA's point mutation), or sampled
-while no result is known.
+parameters in log space), so one step size fits all. Linear ints and ordinals take equal slices of
+the unit interval, so they are a lattice there, and CMA-ES with margin (``cmaes.CMAwM``, Hamano et
+al. 2022) searches them: it keeps the chance of leaving the current value above a margin, so a
+narrow integer range does not freeze once the step is smaller than one value. A candidate's raw
+point (``x_for_tell``) is what the update learns for the worker's own candidate (matched by id when
+its result is told); results from elsewhere (the island's other workers, immigrants, the record on
+resume) are learned at their values. Log ints are not a lattice in the unit view and are rounded.
+Categorical parameters are taken from the best individual the island knows, each redrawn uniformly
+with probability ``1 / (number of parameters)`` (the GA's point mutation), or sampled while no
+result is known.
 
 Injected results: a result CMA-ES did not sample (bred by the GA of a hybrid island or of
 another island, or drawn at random) is learned the way Hansen's "Injecting external solutions
@@ -27,8 +27,8 @@ sqrt(n) + 2n / (n + 2), so one far point cannot blow up the step size or the cov
 Restarts: when CMA-ES's own stopping tests fire (its step size or the spread of its losses has
 collapsed), it restarts around the best point with twice the population (IPOP-CMA-ES).
 
-Resume: the strategy is rebuilt from the record, since a resumed island's population holds every
-recorded result and the first call learns them all, in order of id, a population at a time.
+Resume: the strategy is rebuilt from the record: the loop tells it every restored result, in order
+of id, and it learns them a population at a time.
 """
 
 from __future__ import annotations
@@ -40,21 +40,14 @@ from collections.abc import Sequence
 import numpy as np
 from cmaes import CMA, CMAwM
 
-from atoll.evolution.base import ANY, unseen
 from atoll.evolution.mutation import interval_params
+from atoll.evolution.strategy import Told
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Space
 
 INITIAL_SIGMA = 1 / 6
-"""In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts. Measured at 10
-dimensions, 8 ranks and 2000 evaluations (5 seeds), a third of the range reached a 2-5x higher
-final loss on ackley, since the step first has to shrink further; a sixth reaches Optuna's."""
-
-
-def sampled_by_cmaes(ind: Individual) -> bool:
-    """Whether CMA-ES bred ``ind`` (on any worker): its candidates are bred with no parents, the
-    GA's with two, random ones are not bred."""
-    return ind.origin == Origin.BRED and ind.parents == (NO_PARENT, NO_PARENT)
+"""In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts (a third costs the
+step time to shrink first: benchmarks/RESULTS.md)."""
 
 
 def clip_step(cma: CMA | CMAwM, point: np.ndarray) -> np.ndarray:
@@ -85,10 +78,7 @@ def lattice_size(param: Param) -> int:
 
 
 class CMAES:
-    """A propagator that breeds one individual at a time from an evolving CMA-ES distribution."""
-
-    parents = ANY
-    offspring = 1
+    """A strategy that breeds one individual at a time from an evolving CMA-ES distribution."""
 
     def __init__(self, space: Space, population_size: int = 0) -> None:
         self.space = space
@@ -97,9 +87,9 @@ class CMAES:
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0
         self._cma: CMA | CMAwM | None = None
-        self._seen: set[int] = set()
+        self._told = Told()
         self._pending: list[tuple[np.ndarray, float, bool]] = []  # point, loss, injected
-        self._asked: tuple[Individual, np.ndarray] | None = None  # the last candidate, raw
+        self._asked: tuple[int, np.ndarray] | None = None  # the last candidate's id, raw point
 
     def __repr__(self) -> str:
         return f"CMAES(numeric={len(self.numeric)}, categorical={len(self.categorical)})"
@@ -109,8 +99,11 @@ class CMAES:
         """The distribution's mean in unit space (None before the first call)."""
         return None if self._cma is None else self._cma.mean.copy()
 
-    def __call__(self, individuals: Sequence[Individual],
-                 rng: random.Random) -> list[Individual]:
+    def tell(self, result: Individual) -> None:
+        self._told.add(result)
+
+    def ask(self, individuals: Sequence[Individual], rng: random.Random,
+            ident: int) -> Individual:
         if self._cma is None:
             self._cma = self._new_cma(rng, np.full(len(self.numeric), 0.5),
                                       self.population_size or None)
@@ -126,10 +119,9 @@ class CMAES:
                            for p, u in zip(self.numeric, point[: len(self.numeric)],
                                            strict=True)})
         params = {p.name: params[p.name] for p in self.space.params}
-        child = Individual(id=-1, params=params, origin=Origin.BRED,
-                           parents=(NO_PARENT, NO_PARENT))
-        self._asked = None if raw is None else (child, raw)
-        return [child]
+        self._asked = None if raw is None else (ident, raw)
+        return Individual(id=ident, params=params, origin=Origin.CMAES,
+                          parents=(NO_PARENT, NO_PARENT))
 
     def _new_cma(self, rng: random.Random, mean: np.ndarray, size: int | None) -> CMA | CMAwM:
         sizes = [lattice_size(p) for p in self.numeric]
@@ -151,16 +143,15 @@ class CMAES:
                      population_size=size, seed=seed)
 
     def _learn(self, individuals: Sequence[Individual], rng: random.Random) -> None:
-        """Tell CMA-ES every new result, a population at a time, in order of id."""
-        new = unseen(individuals, self._seen)
-        # The loop evaluates each candidate before it asks again: the last one is new now, or
-        # it failed and never will be (and is learned at its values if it ever arrives later).
+        """Tell CMA-ES every result told since the last ask, a population at a time."""
+        # The loop tells each candidate's result before it asks again (a failed one is never
+        # learned; one told later still is, at its values).
         asked, self._asked = self._asked, None
-        for ind in new:
+        for ind in self._told.take():
             if not (ind.usable and self.numeric):
                 continue
-            raw = asked[1] if asked is not None and asked[0] is ind else self._point(ind)
-            self._pending.append((raw, ind.loss, not sampled_by_cmaes(ind)))
+            raw = asked[1] if asked is not None and asked[0] == ind.id else self._point(ind)
+            self._pending.append((raw, ind.loss, ind.origin != Origin.CMAES))
         assert self._cma is not None
         size = self._cma.population_size
         while len(self._pending) >= size:

@@ -35,5 +35,5 @@ class CrossoverUniform(FixedArity):
                 if from_second & 1:
                     params[name] = second.params[name]
                 from_second >>= 1
-        return [Individual(id=-1, params=params, origin=Origin.BRED,
+        return [Individual(id=-1, params=params, origin=Origin.GA,
                            parents=(first.id, second.id))]

@@ -1,7 +1,10 @@
-"""The default propagator: Propulate's genetic algorithm, as a pipeline of Atoll operators."""
+"""The default strategy: Propulate's genetic algorithm, as a pipeline of Atoll operators, with
+the success rule adapting its step; and the strategy each island runs."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from atoll.evolution.base import Compose, Conditional, Propagator, check_count
@@ -15,6 +18,8 @@ from atoll.evolution.selection import (
     SelectUniform,
 )
 from atoll.evolution.step_size import StepScale, SuccessRule
+from atoll.evolution.strategy import Strategy
+from atoll.individual import Individual
 from atoll.space import Space
 
 if TYPE_CHECKING:
@@ -22,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def default_propagator(space: Space, population_size: int,
-                       settings: EvolutionConfig | None = None) -> Propagator:
+                       settings: EvolutionConfig | None = None,
+                       scale: StepScale | None = None) -> Propagator:
     """Breed one individual: random ones until the population is full, then select and vary.
 
     ``settings`` is the config's ``[evolution]`` (its defaults when None; its
@@ -38,8 +44,8 @@ def default_propagator(space: Space, population_size: int,
     - ``selection`` picks the pool: "best" (Propulate's ``SelectMin``; here it relies on the
       population arriving sorted), "uniform" or "tournament" (size ``tournament_size``);
     - ``population_size`` must be at least 2, since crossover needs two distinct parents;
-    - ``sigma_rule = "success"`` adapts the Gaussian step by the 1/5th success rule
-      (:mod:`atoll.evolution.step_size`); "fixed" keeps ``sigma_factor``, as Propulate.
+    - the Gaussian step is ``sigma_factor`` times ``scale`` (1 when None), which
+      :func:`ga_strategy`'s success rule adapts when ``sigma_rule = "success"``.
     """
     if settings is None:
         from atoll.config import EvolutionConfig
@@ -50,7 +56,6 @@ def default_propagator(space: Space, population_size: int,
         raise ValueError(f"selection must be one of {', '.join(map(repr, SELECTIONS))}, "
                          f"got {settings.selection!r}")
     movable = interval_params(space)
-    scale = StepScale() if settings.sigma_rule == "success" and movable else None
     steps: list[Propagator] = [
         _pool(settings.selection, population_size, settings.tournament_size),
         SelectUniform(2),
@@ -61,10 +66,47 @@ def default_propagator(space: Space, population_size: int,
         steps.append(IntervalMutationNormal(space, settings.sigma_factor, probability=1.0,
                                             scale=scale))
     steps.append(InitUniform(space, settings.random_init))
-    breed: Propagator = Compose(steps)
-    if scale is not None:
-        breed = SuccessRule(breed, scale, settings.sigma_factor, population_size, len(movable))
-    return Conditional(population_size, breed, InitUniform(space))
+    return Conditional(population_size, Compose(steps), InitUniform(space))
+
+
+class GA:
+    """The GA as a strategy: a pure pipeline, and optionally the success rule that judges its
+    children when their results are told and scales its step."""
+
+    def __init__(self, breed: Propagator, rule: SuccessRule | None = None) -> None:
+        self.breed = breed
+        self.rule = rule
+
+    def __repr__(self) -> str:
+        return f"GA({self.breed!r}, rule={self.rule!r})"
+
+    def ask(self, ranked: Sequence[Individual], rng: random.Random, ident: int) -> Individual:
+        child = self.breed(ranked, rng)[0]
+        child.id = ident
+        if self.rule is not None:
+            self.rule.expect(child, ranked)
+        return child
+
+    def tell(self, result: Individual) -> None:
+        if self.rule is not None:
+            self.rule.tell(result)
+
+
+def ga_strategy(space: Space, population_size: int,
+                settings: EvolutionConfig | None = None) -> GA:
+    """The default propagator, its step adapted by the 1/5th success rule
+    (:mod:`atoll.evolution.step_size`) when ``sigma_rule = "success"`` (the default) and the
+    space has parameters it can move; "fixed" keeps ``sigma_factor``, as Propulate."""
+    if settings is None:
+        from atoll.config import EvolutionConfig
+
+        settings = EvolutionConfig()
+    movable = interval_params(space)
+    if settings.sigma_rule != "success" or not movable:
+        return GA(default_propagator(space, population_size, settings))
+    scale = StepScale()
+    return GA(default_propagator(space, population_size, settings, scale),
+              SuccessRule(scale, settings.sigma_factor, population_size, len(movable)))
 
 
 def _pool(selection: str, population_size: int, tournament_size: int) -> Propagator:
@@ -75,20 +117,20 @@ def _pool(selection: str, population_size: int, tournament_size: int) -> Propaga
     return SelectTournament(population_size, tournament_size)
 
 
-def island_propagator(space: Space, island: int, island_workers: int,
-                      settings: EvolutionConfig) -> Propagator:
-    """The propagator of a worker on ``island``: the island's strategy (``evolution.strategy``
+def island_strategy(space: Space, island: int, island_workers: int,
+                    settings: EvolutionConfig) -> Strategy:
+    """The strategy of a worker on ``island``: the island's strategy (``evolution.strategy``
     or its entry in ``evolution.island_strategies``): the GA, CMA-ES, or both (hybrid). The
     GA's population is ``population_size`` or 2 x the island's workers; CMA-ES keeps its own
     default."""
     strategy = settings.strategy_of(island)
     ga_population = settings.population_size or 2 * island_workers
     if strategy == "ga":
-        return default_propagator(space, ga_population, settings)
+        return ga_strategy(space, ga_population, settings)
     from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
 
     if strategy == "cmaes":
         return CMAES(space)
     from atoll.evolution.hybrid import Hybrid
 
-    return Hybrid(CMAES(space), default_propagator(space, ga_population, settings))
+    return Hybrid(CMAES(space), ga_strategy(space, ga_population, settings))

@@ -7,30 +7,26 @@ each gets half; here every candidate comes from one or the other, and both learn
 result: CMA-ES takes the GA's children into its update like any other result, and the GA
 breeds from a population that holds CMA-ES's.
 
-Which one breeds is adaptive operator selection by adaptive pursuit (Thierens 2005, "An
-adaptive pursuit strategy for allocating operator probabilities"): each result of the island is
-credited to the strategy that bred it (recorded in the individual itself: CMA-ES's candidates
-have no parents, the GA's have two), a success being a new best loss of the island. Each
-strategy's success rate per candidate is remembered over about WINDOW results; with every
-result, the probability of picking CMA-ES moves by PURSUIT towards 1 - FLOOR while CMA-ES has
-the higher rate and towards FLOOR while the GA has. Probability matching (picking in proportion
-to the rates) was measured first: the GA's small improvements on a smooth function kept it at
-a tenth of the candidates, which cost CMA-ES two orders of magnitude on sphere.
+Which one breeds is adaptive operator selection by adaptive pursuit (Thierens 2005, "An adaptive
+pursuit strategy for allocating operator probabilities"): each result of the island is credited to
+the strategy that bred it (its ``origin``), a success being a new best loss of the island. Each
+strategy's success rate per candidate is remembered over about WINDOW results; with every result,
+the probability of picking CMA-ES moves by PURSUIT towards 1 - FLOOR while CMA-ES has the higher
+rate and towards FLOOR while the GA has. Probability matching (picking in proportion to the rates)
+was measured first: the GA's small improvements on a smooth function kept it at a tenth of the
+candidates, which cost CMA-ES two orders of magnitude on sphere.
 
 The strategy at the floor is tried about once in a hundred candidates, and between tries its
 record fades. Each rate is shrunk towards the island's pooled rate by SHRINK pseudo-tries
 (empirical Bayes: a Beta prior centred on what the island achieves), so a faded record reads as
 the island's rate, a hair above the leader's (the pooled rate holds PRIOR's 1/2): the strategy
 at the floor takes the lead again, for a burst of candidates, only when its last failure has
-all but faded (while the leader finds a new best once in ten results: some 330 results after
-it, against some 90 when a faded record read as PRIOR's 1/2). Those bursts re-probe the GA on a
-rugged function, where it then takes over; on a smooth one they took 3% of the candidates from
-CMA-ES at 8 ranks and 2000 evaluations, and tripled sphere's final loss. Without the re-probing
-(pooled rate without PRIOR) the GA never took over on schwefel in time (a one-process
-simulation: 267 against 0.56 at 4 workers and 2000 evaluations).
+all but faded. Those bursts re-probe the GA on a rugged function, where it then takes over;
+without them (a pooled rate without PRIOR) the GA never takes over there in time. The
+measurements behind these choices are in benchmarks/RESULTS.md.
 
-The state is not recorded: on resume it is rebuilt from the restored population, learned in
-order of id.
+The state is not recorded: on resume it is rebuilt from the restored results the loop tells it,
+in order of id.
 """
 
 from __future__ import annotations
@@ -38,8 +34,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from atoll.evolution.base import ANY, Propagator, unseen
-from atoll.evolution.cma import CMAES, sampled_by_cmaes
+from atoll.evolution.cma import CMAES
+from atoll.evolution.strategy import Strategy, Told
 from atoll.individual import Individual, Origin
 
 WINDOW = 100
@@ -55,29 +51,17 @@ PRIOR = 0.1
 """Pseudo-tries (half of them successes) in the pooled rate: before any result it is 1/2."""
 
 SHRINK = 10.0
-"""Pseudo-tries at the pooled rate in each strategy's rate. Chosen in a one-process simulation
-of an island (20 seeds, 10 dimensions, 4 and 8 workers, 400 and 2000 evaluations, the peers
-rows' six functions): against 2 and 5 pseudo-tries, it costs rastrigin least at 400
-evaluations; against none (PRIOR alone), 2-3x lower final losses on sphere and ackley at 2000
-evaluations. Measured for real in benchmarks/RESULTS.md."""
+"""Pseudo-tries at the pooled rate in each strategy's rate (chosen against 0, 2 and 5:
+benchmarks/RESULTS.md)."""
 
 BY_CMAES, BY_GA = 0, 1
-
-
-def bred_by(ind: Individual) -> int | None:
-    """Which strategy bred ``ind`` (None for random ones)."""
-    if ind.origin != Origin.BRED:
-        return None
-    return BY_CMAES if sampled_by_cmaes(ind) else BY_GA
+_CREDITED = {Origin.CMAES: BY_CMAES, Origin.GA: BY_GA}
 
 
 class Hybrid:
     """Breeds one individual with CMA-ES or the GA, chosen by their recent success."""
 
-    parents = ANY
-    offspring = 1
-
-    def __init__(self, cmaes: CMAES, ga: Propagator) -> None:
+    def __init__(self, cmaes: CMAES, ga: Strategy) -> None:
         self.cmaes = cmaes
         self.ga = ga
         self.tries = [0.0, 0.0]
@@ -85,7 +69,7 @@ class Hybrid:
         self.cmaes_share = 0.5
         """The probability that the next candidate comes from CMA-ES."""
         self._best = float("inf")
-        self._seen: set[int] = set()
+        self._told = Told()
 
     def __repr__(self) -> str:
         return f"Hybrid({self.cmaes!r}, {self.ga!r}, cmaes_share={self.cmaes_share:.2f})"
@@ -98,18 +82,25 @@ class Hybrid:
                      for s, t in zip(self.successes, self.tries, strict=True))
         return BY_CMAES if cmaes >= ga else BY_GA
 
-    def __call__(self, individuals: Sequence[Individual],
-                 rng: random.Random) -> list[Individual]:
-        self._credit(individuals)
-        pick = self.cmaes if rng.random() < self.cmaes_share else self.ga
-        return pick(individuals, rng)
+    def tell(self, result: Individual) -> None:
+        self._told.add(result)
+        self.cmaes.tell(result)
+        self.ga.tell(result)
 
-    def _credit(self, individuals: Sequence[Individual]) -> None:
+    def ask(self, individuals: Sequence[Individual], rng: random.Random,
+            ident: int) -> Individual:
+        self._credit()
+        pick = self.cmaes if rng.random() < self.cmaes_share else self.ga
+        child = pick.ask(individuals, rng, ident)
+        assert isinstance(child, Individual)  # neither breeds a continuation
+        return child
+
+    def _credit(self) -> None:
         forget = 1.0 - 1.0 / WINDOW
-        for ind in unseen(individuals, self._seen):
+        for ind in self._told.take():
             if not ind.usable:
                 continue
-            strategy = bred_by(ind)
+            strategy = _CREDITED.get(ind.origin)
             improved = ind.loss < self._best
             self._best = min(self._best, ind.loss)
             if strategy is None:

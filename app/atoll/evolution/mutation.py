@@ -1,7 +1,7 @@
 """Mutations: one individual in, one changed copy out.
 
 The output is always a new object with its own ``params`` dict, never the input. An evaluated
-input (``id >= 0``) becomes a child of it (``origin=BRED``, ``parents=(id, -1)``); an unevaluated
+input (``id >= 0``) becomes a child of it (``origin=GA``, ``parents=(id, -1)``); an unevaluated
 child (``id == -1``, e.g. fresh from crossover) keeps its parents and origin, so a pipeline's
 lineage survives any number of mutation steps.
 """
@@ -27,7 +27,7 @@ from atoll.space import CategoricalParam, IntParam, Param, Params, Space
 
 def _derive(individual: Individual, params: Params) -> Individual:
     if individual.id >= 0:
-        return Individual(id=-1, params=params, origin=Origin.BRED,
+        return Individual(id=-1, params=params, origin=Origin.GA,
                           parents=(individual.id, NO_PARENT))
     return Individual(id=-1, params=params, origin=individual.origin,
                       parents=individual.parents)

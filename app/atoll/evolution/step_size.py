@@ -14,17 +14,15 @@ the island's ``population_size`` best are judged (with "best" selection, all of 
 of the random init and failed evaluations are not.
 
 The scale is a worker's own (its leader breeds), starts at 1 and is not recorded: a resumed job
-starts at ``sigma_factor`` again and finds its scale within a few dozen evaluations.
+starts at ``sigma_factor`` again and finds it again from its new results.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from atoll.evolution.base import ANY, Propagator
 from atoll.individual import Individual, Origin
 
 TARGET_RATE = 0.2
@@ -45,46 +43,38 @@ class StepScale:
 
 
 class SuccessRule:
-    """Wraps the GA's breeding step: judges the previous child, then breeds the next one.
+    """Judges each child the GA bred for this worker when its result is told, and scales the
+    step accordingly."""
 
-    The loop evaluates a child in place before it breeds again, so the child returned by the
-    last call carries its loss when the next call comes.
-    """
-
-    parents = ANY
-    offspring = 1
-
-    def __init__(self, breed: Propagator, scale: StepScale, sigma_factor: float,
-                 pool_size: int, dimensions: int) -> None:
-        self.breed = breed
+    def __init__(self, scale: StepScale, sigma_factor: float, pool_size: int,
+                 dimensions: int) -> None:
         self.scale = scale
         self.pool_size = pool_size
         self.damping = 1.0 + dimensions / 2.0
         self.bounds = (MIN_STEP / sigma_factor, MAX_STEP / sigma_factor)
-        self._last: tuple[Individual, float] | None = None
+        self._expected: tuple[int, float] | None = None  # the child's id, its better parent's loss
 
     def __repr__(self) -> str:
-        return f"SuccessRule({self.breed!r}, scale={self.scale.value:.3g})"
+        return f"SuccessRule(scale={self.scale.value:.3g})"
 
-    def __call__(self, individuals: Sequence[Individual],
-                 rng: random.Random) -> list[Individual]:
-        self._judge()
-        child = self.breed(individuals, rng)[0]
-        if child.origin == Origin.BRED and len(individuals) >= self.pool_size:
-            losses = {i.id: i.loss for i in individuals[: self.pool_size]}
+    def expect(self, child: Individual, ranked: Sequence[Individual]) -> None:
+        """Note the child just bred (``ranked`` is what it was bred from), to be judged when
+        its result is told; only children of parents among the pool's best are judged."""
+        self._expected = None
+        if child.origin == Origin.GA and len(ranked) >= self.pool_size:
+            losses = {i.id: i.loss for i in ranked[: self.pool_size]}
             parents = [losses[p] for p in child.parents if p in losses]
             if parents:
-                self._last = (child, min(parents))
-        return [child]
+                self._expected = (child.id, min(parents))
 
-    def _judge(self) -> None:
-        if self._last is None:
+    def tell(self, result: Individual) -> None:
+        if self._expected is None or result.id != self._expected[0]:
             return
-        child, threshold = self._last
-        self._last = None
-        if not child.usable:
+        threshold = self._expected[1]
+        self._expected = None
+        if not result.usable:
             return
-        success = 1.0 if child.loss <= threshold else 0.0  # a tie on a plateau: keep moving
+        success = 1.0 if result.loss <= threshold else 0.0  # a tie on a plateau: keep moving
         factor = math.exp((success - TARGET_RATE) / ((1.0 - TARGET_RATE) * self.damping))
         low, high = self.bounds
         self.scale.value = min(max(self.scale.value * factor, low), high)

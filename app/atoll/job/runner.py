@@ -30,7 +30,7 @@ from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.errors import AtollError, ObjectiveError, RecordError, described
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
-from atoll.evolution.default import island_propagator
+from atoll.evolution.default import island_strategy
 from atoll.evolution.pruning import MedianRule
 from atoll.individual import Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
@@ -240,8 +240,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        propagator=island_propagator(config.space, topo.layout.island_of_worker(topo.worker),
-                                     len(topo.island_workers), config.evolution),
+        strategy=island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
+                                   len(topo.island_workers), config.evolution),
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)

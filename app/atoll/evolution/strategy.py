@@ -1,0 +1,62 @@
+"""The strategy interface: ``ask`` for the next candidate, ``tell`` of every result.
+
+Operators (:mod:`atoll.evolution.base`) are pure functions of ``(individuals, rng)``. A strategy
+may keep state (CMA-ES's distribution, the GA's step size, the hybrid's success rates), and it
+learns only through :meth:`Strategy.tell`, which the island loop calls once for every result the
+island learns: the worker's own, a partner's, an immigrant, and on resume every restored one in
+order of id. So a strategy never scans the population for what changed, nor reads a candidate's
+loss behind the loop's back; replaying the tells rebuilds it (DEHB's and Optuna's contract).
+
+``ask`` answers either with a new candidate (an :class:`~atoll.individual.Individual` carrying the
+id the loop gave it) or with :class:`Continue`: evaluate this paused or interrupted individual
+again from its checkpoint, under its own id.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from atoll.individual import Individual
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Evaluate ``individual`` again (same id and parameters) from its last checkpoint."""
+
+    individual: Individual
+
+
+Proposal = Individual | Continue
+
+
+class Strategy(Protocol):
+    """Breeds for one worker of an island."""
+
+    def ask(self, ranked: Sequence[Individual], rng: random.Random, ident: int) -> Proposal:
+        """The next candidate, given the island's active usable individuals best first
+        (read-only); a new one gets id ``ident``."""
+        ...
+
+    def tell(self, result: Individual) -> None:
+        """A result the island learned (any status); called once per id, read-only."""
+        ...
+
+
+class Told:
+    """Results told since a strategy last asked, handed over in order of id.
+
+    The order results arrive in depends on message timing; learning them in order of id makes
+    what a strategy learned at an ``ask`` independent of it (and the same on resume)."""
+
+    def __init__(self) -> None:
+        self._new: list[Individual] = []
+
+    def add(self, result: Individual) -> None:
+        self._new.append(result)
+
+    def take(self) -> list[Individual]:
+        new, self._new = sorted(self._new, key=lambda i: i.id), []
+        return new
