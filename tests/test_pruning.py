@@ -1,5 +1,6 @@
-"""Pruning (``[pruning]``): the median rule alone, then real mpirun searches whose workers
-have two ranks (real gloo-free MPI collectives per epoch) and real HDF5 records."""
+"""Pruning (``[pruning]``): the median rule and successive halving alone, then real mpirun
+searches whose workers have two ranks (real gloo-free MPI collectives per epoch) and real HDF5
+records."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from atoll.config import PruningConfig
-from atoll.evolution.pruning import MedianRule
 from atoll.individual import Status
 from atoll.record import open_run
+from atoll.scheduling import MedianRule, SuccessiveHalving, Verdict
+from atoll.scheduling.halving import is_rung
 from conftest import mpirun_atoll
 
 CONFIG = """seed = 5
@@ -27,41 +30,70 @@ high = 1.0
 [evolution]
 random_init = {random_init}
 [pruning]
-rule = "median"
+rule = "{rule}"
 warmup_epochs = 1
 min_completed = {min_completed}
 """
 
 
-def write_config(tmp_path: Path, *, min_completed: int, random_init: float = 0.3) -> Path:
+def write_config(tmp_path: Path, *, min_completed: int, random_init: float = 0.3,
+                 rule: str = "median") -> Path:
     trace = tmp_path / "trace"
     trace.mkdir()
     path = tmp_path / "pruning.toml"
     path.write_text(CONFIG.format(trace=trace, min_completed=min_completed,
-                                  random_init=random_init))
+                                  random_init=random_init, rule=rule))
     return path
+
+
+STOP, GO = Verdict.STOP, Verdict.CONTINUE
 
 
 def test_the_median_rule_waits_for_warmup_and_enough_completed_curves():
     rule = MedianRule(PruningConfig(rule="median", warmup_epochs=1, min_completed=3))
     for ident, value in enumerate((0.2, 0.4, 0.6)):
         for epoch in range(3):
-            assert not rule.observe(ident, epoch, value)  # fewer than 3 completed
-        rule.finish(ident, completed=True)
-    assert not rule.observe(10, 0, 0.9)  # epoch 0 is warm-up
-    assert rule.observe(10, 1, 0.5)  # worse than the median 0.4 at epoch 1
-    assert not rule.observe(11, 1, 0.4) and not rule.observe(12, 2, 0.1)
-    assert not rule.observe(13, 5, 9.0)  # nobody completed epoch 5
-    assert not rule.observe(14, 1, math.nan)  # a metric not reported is never judged
-    rule.finish(10, completed=False)  # a pruned curve is not a reference
+            assert rule.on_report(ident, epoch, value) == GO  # fewer than 3 completed
+        rule.on_complete(ident, completed=True)
+    assert rule.on_report(10, 0, 0.9) == GO  # epoch 0 is warm-up
+    assert rule.on_report(10, 1, 0.5) == STOP  # worse than the median 0.4 at epoch 1
+    assert rule.on_report(11, 1, 0.4) == GO and rule.on_report(12, 2, 0.1) == GO
+    assert rule.on_report(13, 5, 9.0) == GO  # nobody completed epoch 5
+    assert rule.on_report(14, 1, math.nan) == GO  # a metric not reported is never judged
+    rule.on_complete(10, completed=False)  # a pruned curve is not a reference
     assert rule.completed_at(1) == 3
 
 
 def test_maximize_compares_the_other_way():
     rule = MedianRule(PruningConfig(rule="median", direction="maximize", warmup_epochs=0,
                                     min_completed=1))
-    rule.learn_curve([(0, 0.8)])
-    assert rule.observe(1, 0, 0.5) and not rule.observe(2, 0, 0.9)
+    rule.learn([(0, 0.8)])
+    assert rule.on_report(1, 0, 0.5) == STOP and rule.on_report(2, 0, 0.9) == GO
+
+
+def test_halving_rungs_lie_after_min_epochs_times_powers_of_eta():
+    rungs = [e for e in range(100) if is_rung(e, min_epochs=2, eta=3)]
+    assert rungs == [1, 5, 17, 53]  # after 2, 6, 18, 54 epochs
+    assert [e for e in range(30) if is_rung(e, min_epochs=1, eta=2)] == [0, 1, 3, 7, 15]
+
+
+def test_halving_keeps_the_best_third_at_a_rung_and_judges_only_rungs():
+    rule = SuccessiveHalving(PruningConfig(rule="halving", eta=3, min_epochs=1))
+    assert rule.on_report(0, 0, 0.5) == GO and rule.on_report(1, 0, 0.9) == GO  # 2 < eta known
+    assert rule.on_report(2, 0, 0.7) == STOP  # 3 known: only the best (0.5) goes on
+    assert rule.on_report(3, 0, 0.1) == GO  # the new best
+    assert rule.on_report(4, 1, 99.0) == GO  # epoch 1 is no rung with eta 3 (rungs 0, 2, 8)
+    rule.learn([(2, 0.3), (2, 0.4), (2, 0.6), (2, 0.8), (2, 0.9)])  # completed elsewhere
+    # 6 known at the rung after 3 epochs: the best 2 (0.3, and 0.35 itself) go on.
+    assert rule.on_report(5, 2, 0.35) == GO and rule.on_report(6, 2, 0.5) == STOP
+    assert rule.on_report(7, 2, math.nan) == GO  # a metric not reported is never judged
+
+
+def test_halving_maximizes_the_other_way():
+    rule = SuccessiveHalving(PruningConfig(rule="halving", direction="maximize", eta=2))
+    rule.learn([(0, 0.8)])
+    assert rule.on_report(1, 0, 0.5) == STOP
+    assert rule.on_report(2, 0, 0.9) == GO
 
 
 def traces(tmp_path: Path, ident: int, ranks: int) -> list[list[int]]:
@@ -69,8 +101,9 @@ def traces(tmp_path: Path, ident: int, ranks: int) -> list[list[int]]:
             for r in range(ranks)]
 
 
-def test_two_rank_workers_stop_on_the_same_epoch(tmp_path):
-    config = write_config(tmp_path, min_completed=3)
+@pytest.mark.parametrize("rule", ["median", "halving"])
+def test_two_rank_workers_stop_on_the_same_epoch(tmp_path, rule):
+    config = write_config(tmp_path, min_completed=3, rule=rule)
     run_dir = tmp_path / "run"
     done = mpirun_atoll(4, "search", "--config", str(config), "--run-dir", str(run_dir),
                         "--set", "search.ranks_per_worker=2", "--set", "search.generations=12",
@@ -84,7 +117,8 @@ def test_two_rank_workers_stop_on_the_same_epoch(tmp_path):
     for row in pruned:
         ident = int(row["id"])
         stopped = int(str(row["error"]).rsplit(" ", 1)[1])
-        assert str(row["error"]) == f"pruned at epoch {stopped}" and stopped >= 1
+        assert str(row["error"]) == f"pruned at epoch {stopped}"
+        assert stopped >= 1 if rule == "median" else is_rung(stopped, min_epochs=1, eta=3)
         assert traces(tmp_path, ident, 2) == [list(range(stopped + 1))] * 2
         assert int(epochs["epoch"][epochs["individual"] == ident].max()) == stopped
         assert row["loss"] == row["x"]  # its value is what the objective returned
@@ -153,8 +187,9 @@ def test_curves_an_island_partner_completes_are_read_while_it_writes(tmp_path):
         assert first[1][1] == [(0, 10.0), (1, 11.0), (2, 12.0)]
         rule = MedianRule(PruningConfig(rule="median", warmup_epochs=1, min_completed=3))
         for _, curve in first:
-            rule.learn_curve(curve)
-        assert rule.completed_at(2) == 3 and rule.verdict(2, 12.5) and not rule.verdict(2, 11.5)
+            rule.learn(curve)
+        assert rule.completed_at(2) == 3 and rule.worse_than_median(2, 12.5)
+        assert not rule.worse_than_median(2, 11.5)
         partner.stdin.write("\n")
         partner.stdin.flush()
         assert partner.stdout.readline() == "flushed\n"

@@ -123,9 +123,10 @@ class EvolutionConfig:
         return self.island_strategies[island] if self.island_strategies else self.strategy
 
 
-PRUNING_RULES = ("none", "median")
+PRUNING_RULES = ("none", "median", "halving")
 """``median``: stop an evaluation whose metric at an epoch is worse than the median of what
-completed individuals had there (:mod:`atoll.evolution.pruning`)."""
+completed individuals had there (:mod:`atoll.scheduling.median`); ``halving``: successive
+halving, stop one not among the best ``1/eta`` at a rung (:mod:`atoll.scheduling.halving`)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,11 @@ class PruningConfig:
     warmup_epochs: int = 1
     """Epochs ``0 .. warmup_epochs - 1`` are never pruned."""
     min_completed: int = 5
-    """Completed individuals that must have reported an epoch before it is judged."""
+    """Median rule: completed individuals that must have reported an epoch before it is judged."""
+    eta: int = 3
+    """Successive halving: the rungs' spacing factor; the best ``1/eta`` at a rung go on."""
+    min_epochs: int = 1
+    """Successive halving: epochs before the first rung (rungs after ``min_epochs * eta**k``)."""
 
     @property
     def active(self) -> bool:
@@ -314,7 +319,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "pruning": (PruningConfig, {
         "rule": _one_of(*PRUNING_RULES), "metric": _string,
         "direction": _one_of(*DIRECTIONS), "warmup_epochs": _integer(0, MAX_COUNT),
-        "min_completed": _integer(1, MAX_COUNT)}),
+        "min_completed": _integer(1, MAX_COUNT), "eta": _integer(2, MAX_COUNT),
+        "min_epochs": _integer(1, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
 }

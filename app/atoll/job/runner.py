@@ -8,14 +8,11 @@ so that all ranks stop with the same one-line message instead of some of them ha
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from atoll import record
 from atoll.collective import on_all, on_root
@@ -31,14 +28,14 @@ from atoll.errors import AtollError, ObjectiveError, RecordError, described
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
-from atoll.evolution.pruning import MedianRule
-from atoll.individual import Individual, Status
+from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import check_preflight, load_objective
 from atoll.record import full
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
+from atoll.scheduling.worker import WorkerScheduling
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -208,8 +205,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
     population = on_all(topo.world, lambda: _restored(plan, paths, topo)
                         if topo.is_leader else None)
-    rule = on_all(topo.world, lambda: _pruning_rule(plan, paths, topo)
-                  if topo.is_leader and config.pruning.active else None)
+    pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
         flush_interval=config.record.flush_interval, run_id=plan.run_id)
@@ -221,22 +217,16 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         offer_weights=keeper.offer if keeper is not None else None,
         # the same answer on every rank of the worker (one small allreduce per epoch)
         should_stop=lambda: stop.agreed(topo.worker_comm),
-        judge_epoch=_judge(rule, config.pruning.metric, topo.worker_comm)
-        if config.pruning.active else None)
+        judge_epoch=pruning.judge if pruning is not None else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
 
-    if rule is not None:
-        learn_from_peers = _peer_curves(rule, paths, job, topo, config.pruning.metric,
-                                        every=max(config.record.flush_interval, 1.0))
-
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
-        if rule is not None:
-            rule.finish(ind.id, completed=ind.status == Status.OK)
-            learn_from_peers()
+        if pruning is not None:
+            pruning.finished(ind)
 
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
@@ -246,73 +236,6 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)
     return Leader(loop, link, log_file, evaluator)
-
-
-def _pruning_rule(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> MedianRule:
-    """The worker's pruning rule; on resume it has learned the curves of the completed
-    individuals its island recorded in earlier jobs (read before this job's files exist)."""
-    rule = MedianRule(plan.config.pruning)
-    if not plan.resumed:
-        return rule
-    run = record.open_run(paths.run_dir)
-    metric, ind, epochs = plan.config.pruning.metric, run.individuals, run.epochs
-    island = topo.layout.island_of_worker(topo.worker)
-    done = ind["id"][(ind["status"] == int(Status.OK))
-                     & (ind["island"] % topo.layout.islands == island)]
-    if metric not in (epochs.dtype.names or ()):
-        return rule
-    rows = epochs[np.isin(epochs["individual"], done)]
-    for ident in np.unique(rows["individual"]):
-        mine = rows[rows["individual"] == ident]
-        rule.learn_curve(zip(mine["epoch"].tolist(), mine[metric].tolist(), strict=True))
-    return rule
-
-
-def _peer_curves(rule: MedianRule, paths: record.RunPaths, job: int, topo: Topology,
-                 metric: str, every: float) -> Callable[[], None]:
-    """The curves the island's other workers complete in this job, read from their worker
-    files at most every ``every`` seconds (they flush no more often): the rule then compares
-    with the whole island, not only with this worker's own evaluations."""
-    layout = topo.layout
-    island = layout.island_of_worker(topo.worker)
-    files = [paths.worker_file(job, w) for w in range(layout.workers)
-             if w != topo.worker and layout.island_of_worker(w) == island]
-    known: set[int] = set()
-    next_read = time.monotonic() + every
-
-    def learn() -> None:
-        nonlocal next_read
-        now = time.monotonic()
-        if not files or now < next_read:
-            return
-        next_read = now + every
-        for path in files:
-            if not path.exists():
-                continue
-            try:
-                curves = record.read_curves(path, metric, known)
-            except (RecordError, OSError) as exc:  # mid-rebuild for a new column: next time
-                log.debug("pruning: %s not read this time (%s)", path, exc)
-                continue
-            for ident, curve in curves:
-                known.add(ident)
-                rule.learn_curve(curve)
-
-    return learn
-
-
-def _judge(rule: MedianRule | None, metric: str, comm: MPI.Comm
-           ) -> Callable[[int, int, Mapping[str, float]], bool]:
-    """The worker's pruning verdict on every rank: the leader's rule decides and tells the
-    others, so that every rank stops at the same epoch boundary."""
-    shared = comm.Get_size() > 1
-
-    def judge(individual: int, epoch: int, metrics: Mapping[str, float]) -> bool:
-        verdict = rule is not None and rule.observe(individual, epoch,
-                                                     metrics.get(metric, math.nan))
-        return bool(comm.bcast(verdict, root=0)) if shared else verdict
-
-    return judge
 
 
 def _preflight(objective: Objective, config: Config) -> None:

@@ -1,0 +1,64 @@
+"""Successive halving, the stopping form (Optuna's SuccessiveHalvingPruner, Ray Tune's ASHA
+without promotion).
+
+Rungs lie after ``min_epochs * eta**k`` epochs (k = 0, 1, ...). An evaluation that reaches a rung
+goes on only if its metric there is among the best ``1/eta`` of the values the island recorded
+at that rung (at least the best one); while fewer than ``eta`` values are known at a rung,
+everything goes on. Values come from this worker's evaluations (whatever became of them) and from
+the completed curves of the rest of the island.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from atoll.scheduling.base import Curve, Verdict
+
+if TYPE_CHECKING:
+    from atoll.config import PruningConfig
+
+
+def is_rung(epoch: int, min_epochs: int, eta: int) -> bool:
+    """Whether reporting ``epoch`` (counted from 0) completes a rung's number of epochs."""
+    trained = epoch + 1
+    if trained < min_epochs or trained % min_epochs:
+        return False
+    factor = trained // min_epochs
+    while factor % eta == 0:
+        factor //= eta
+    return factor == 1
+
+
+class SuccessiveHalving:
+    """The sorted values at each rung, and the verdict on an evaluation reaching one."""
+
+    def __init__(self, settings: PruningConfig) -> None:
+        self.min_epochs, self.eta = settings.min_epochs, settings.eta
+        self._sign = -1.0 if settings.direction == "maximize" else 1.0
+        self._at_rung: dict[int, list[float]] = defaultdict(list)  # sorted, best first
+
+    def _record(self, epoch: int, value: float) -> float:
+        key = self._sign * value
+        bisect.insort(self._at_rung[epoch], key)
+        return key
+
+    def learn(self, curve: Curve) -> None:
+        for epoch, value in curve:
+            if value == value and is_rung(epoch, self.min_epochs, self.eta):
+                self._record(epoch, value)
+
+    def on_report(self, individual: int, epoch: int, value: float) -> Verdict:
+        """Never stops on a metric that was not reported (NaN)."""
+        if value != value or not is_rung(epoch, self.min_epochs, self.eta):
+            return Verdict.CONTINUE
+        key = self._record(epoch, value)
+        known = self._at_rung[epoch]
+        if len(known) < self.eta:
+            return Verdict.CONTINUE
+        kept = known[max(len(known) // self.eta, 1) - 1]  # the worst value still kept
+        return Verdict.CONTINUE if key <= kept else Verdict.STOP
+
+    def on_complete(self, individual: int, completed: bool) -> None:
+        """Its values were recorded as they were reported."""
