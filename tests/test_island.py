@@ -230,5 +230,5 @@ def test_a_continued_individual_keeps_its_id_and_parameters_and_is_told_again() 
     loop.step(1)
     first, second = recorder.individuals
     assert (first.id, first.params, first.status, first.born) == (5, {"x": 0.5}, Status.OK, 1.0)
-    assert first.loss == 0.25 and second.id == 7  # the next new one takes the next id
-    assert strategy.told == [5, 5, 7] and loop.population.get(5).status == Status.OK
+    assert first.loss == 0.25 and second.id == 6  # the first new id: none spent on 5
+    assert strategy.told == [5, 5, 6] and loop.population.get(5).status == Status.OK

@@ -15,7 +15,7 @@ import pytest
 
 from atoll.engine.restore import completed_count
 from atoll.individual import Status
-from atoll.record import open_run
+from atoll.record import open_run, read_history
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 SLOW_CONFIG = "tests/configs/slow_sphere.toml"
@@ -202,3 +202,27 @@ def test_resume_may_change_only_job_level_settings(tmp_path):
     assert done.returncode == 0
     done = run(atoll_cmd("resume", str(run_dir), "--set", "evolution.mutation=0.9"))
     assert done.returncode == 2 and "a resume may change only" in done.stderr
+
+
+def test_interrupted_evaluations_are_continued_under_their_ids_and_counted_once(tmp_path):
+    """A wall-time stop interrupts the evaluations in flight; the next job (another layout)
+    evaluates those individuals again, same ids and parameters, before breeding new ones."""
+    run_dir, done = start(tmp_path, 2, "objective.options.sleep=0.4", "search.generations=10",
+                          "search.wall_time=1.0")
+    assert done.returncode == 75, done.stderr[-2000:]
+    first = open_run(run_dir).individuals
+    interrupted = first[first["status"] == int(Status.INTERRUPTED)]
+    assert len(interrupted) >= 1
+    done = resume(run_dir, 3, "search.wall_time=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "continuing" in done.stderr and str(int(interrupted["id"][0])) in done.stderr
+    ind = check_complete(run_dir, 20)  # one row per id, the budget counted once
+    assert not (ind["status"] == int(Status.INTERRUPTED)).any()
+    for row in interrupted:
+        again = ind[ind["id"] == row["id"]][0]
+        assert (again["x0"], again["x1"]) == (row["x0"], row["x1"])
+        assert again["status"] == int(Status.OK) and again["born"] == row["born"]
+    parts = read_history(run_dir, 2)[0]  # every part: the interrupted rows are kept
+    assert len(parts) == len(ind) + len(interrupted)
+    new = set(ind["id"].tolist()) - set(first["id"].tolist())
+    assert min(new) == int(first["id"].max()) + 1  # new ones number on; continued keep theirs

@@ -113,6 +113,7 @@ class IslandLoop:
         for ind in sorted(self.population, key=lambda i: i.id):  # restored: told in one order
             self.strategy.tell(ind)
         self.stats = IslandStats()
+        self._new = 0  # new individuals bred so far (continued ones keep their ids)
         self._until_emigration = self._emigration_gap()
 
     def _emigration_gap(self) -> float:
@@ -159,14 +160,17 @@ class IslandLoop:
         self.recorder.maybe_flush()
 
     def _breed(self, generation: int) -> Individual:
-        ident = self.id_base + generation * self.layout.workers + self.worker
+        """The next individual: a new one takes the next of this worker's ids (every
+        ``workers``-th from ``id_base``); a continued one keeps its own."""
+        ident = self.id_base + self._new * self.layout.workers + self.worker
         proposal = self.strategy.ask(self.population.ranked, self.rng, ident)
-        if isinstance(proposal, Continue):  # its own id and parameters, evaluated on here
+        if isinstance(proposal, Continue):
             child = replace(proposal.individual, params=dict(proposal.individual.params),
                             loss=math.nan, status=Status.OK, error="")
         else:
             child = proposal
             child.born = time.time()
+            self._new += 1
         child.island, child.worker, child.owner = self.island, self.worker, self.worker
         child.generation, child.version, child.active = generation, 0, True
         return child

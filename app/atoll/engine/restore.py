@@ -78,6 +78,24 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     return population
 
 
+def to_continue(individuals: np.ndarray, space: Space, workers: int,
+                worker: int) -> list[Individual]:
+    """This worker's share of the evaluations that were interrupted and never completed since:
+    round robin in order of id over the job's workers (so no worker gets more of them than its
+    share of the budget), each as its last part was recorded, to be continued under its id."""
+    status = individuals["status"]
+    completed = individuals["id"][np.isin(status, [int(s) for s in COMPLETED])]
+    rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
+                                                                      completed)]
+    last = {int(ident): n for n, ident in enumerate(rows["id"].tolist())}  # later parts win
+    mine = sorted(last)[worker::workers]
+    return [Individual(
+        id=ident, params={name: rows[name][last[ident]].item() for name in space.names},
+        parents=(int(rows["parent_a"][last[ident]]), int(rows["parent_b"][last[ident]])),
+        origin=_origin(int(rows["origin"][last[ident]]), int(rows["parent_a"][last[ident]])),
+        born=float(rows["born"][last[ident]]), status=Status.INTERRUPTED) for ident in mine]
+
+
 def _origin(value: int, parent_a: int) -> Origin:
     """Records before the origin named the strategy said "bred" (1) for CMA-ES's candidates
     too; the GA's always have a parent, CMA-ES's none."""

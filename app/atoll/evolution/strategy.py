@@ -45,6 +45,25 @@ class Strategy(Protocol):
         ...
 
 
+class ContinueFirst:
+    """Continues ``waiting`` individuals, one per ask, before ``strategy`` breeds new ones."""
+
+    def __init__(self, strategy: Strategy, waiting: Sequence[Individual]) -> None:
+        self.strategy = strategy
+        self.waiting = list(reversed(waiting))
+
+    def __repr__(self) -> str:
+        return f"ContinueFirst({self.strategy!r}, waiting={len(self.waiting)})"
+
+    def ask(self, ranked: Sequence[Individual], rng: random.Random, ident: int) -> Proposal:
+        if self.waiting:
+            return Continue(self.waiting.pop())
+        return self.strategy.ask(ranked, rng, ident)
+
+    def tell(self, result: Individual) -> None:
+        self.strategy.tell(result)
+
+
 class Told:
     """Results told since a strategy last asked, handed over in order of id.
 

@@ -20,7 +20,7 @@ from atoll.config import Config, config_to_dict
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
-from atoll.engine.restore import restore_population
+from atoll.engine.restore import restore_population, to_continue
 from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
@@ -28,6 +28,7 @@ from atoll.errors import AtollError, ObjectiveError, RecordError, described
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
+from atoll.evolution.strategy import ContinueFirst, Strategy
 from atoll.individual import Individual
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
@@ -203,8 +204,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
-    population = on_all(topo.world, lambda: _restored(plan, paths, topo)
-                        if topo.is_leader else None)
+    population, waiting = on_all(topo.world, lambda: _restored(plan, paths, topo)
+                                 if topo.is_leader else (None, []))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
@@ -228,10 +229,11 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         if pruning is not None:
             pruning.finished(ind)
 
+    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
+                                         len(topo.island_workers), config.evolution)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        strategy=island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
-                                   len(topo.island_workers), config.evolution),
+        strategy=ContinueFirst(strategy, waiting) if waiting else strategy,
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population)
@@ -255,12 +257,18 @@ def _preflight(objective: Objective, config: Config) -> None:
                              f"{described(exc)}") from None
 
 
-def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Population | None:
+def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology
+              ) -> tuple[Population | None, list[Individual]]:
+    """The island's population, and the interrupted evaluations this worker continues."""
     if not plan.resumed:
-        return None
+        return None, []
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
+    waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker)
+    if waiting:
+        log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
+                 ", ".join(str(i.id) for i in waiting))
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
-                              topo.island)
+                              topo.island), waiting
 
 
 def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,

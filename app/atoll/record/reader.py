@@ -105,8 +105,9 @@ def open_run(run_dir: str | Path) -> RunData:
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])
     return RunData(
-        individuals=_by(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
-        epochs=_by(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual", "epoch"),
+        individuals=_latest(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
+        epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
+                       "epoch"),
         migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
         jobs=jobs, space=space, config_table=config_table, metadata=meta)
 
@@ -123,7 +124,7 @@ def read_completed(run_dir: str | Path) -> np.ndarray:
     for path in workers:
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             tables.append(committed(f["individuals"]))
-    return _by(_concat(tables, individual_dtype(space)), "id")
+    return _latest(_concat(tables, individual_dtype(space)), "id")
 
 
 def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.ndarray]:
@@ -264,6 +265,19 @@ def _missing(dtype: np.dtype) -> Any:
     if dtype.kind == "b":
         return False
     return ""
+
+
+def _latest(table: np.ndarray, *keys: str) -> np.ndarray:
+    """Sorted by ``keys``, one row per key: the last recorded. An evaluation continued by a
+    later job has a row per part (each interrupted one, then its last) in the order of the
+    jobs' files; an epoch it trained again is recorded again."""
+    table = _by(table, *keys)
+    if len(table) < 2:
+        return table
+    same = np.ones(len(table) - 1, dtype=bool)
+    for key in keys:
+        same &= table[key][1:] == table[key][:-1]
+    return table[np.append(~same, True)]
 
 
 def _by(table: np.ndarray, *keys: str) -> np.ndarray:
