@@ -91,3 +91,51 @@ def test_a_multi_rank_workers_failure_is_one_console_line(tmp_path):
     assert done.stderr.count("(traceback in the rank's log file)") == failed
     follower = (run_dir / "logs" / "job000-rank00001.log").read_text()
     assert follower.count("INFO atoll.evaluation.call: individual ") == failed
+
+
+TYPO = """
+def objective(params, ctx):
+    return params["{key}"] ** 2
+"""
+
+
+def test_an_objective_that_always_fails_gives_up_and_the_fixed_one_continues_the_run(tmp_path):
+    """A typo fails every evaluation: the job stops after search.give_up_after failures with
+    exit 70 and the commonest error, instead of spending the budget; the fixed objective then
+    continues the same run (its failures count in the budget, nothing is deleted)."""
+    (tmp_path / "typo.py").write_text(TYPO.format(key="hiden"))
+    config = tmp_path / "typo.toml"
+    config.write_text('[objective]\nname = "typo:objective"\n'
+                      '[space.hidden]\ntype = "float"\nlow = -1.0\nhigh = 1.0\n')
+    run_dir = tmp_path / "run"
+    broken = mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir),
+                          "--set", "search.generations=20", "--set", "search.give_up_after=6",
+                          "-q")
+    assert broken.returncode == 70, broken.stderr[-3000:]
+    assert "commonest error" in broken.stderr and "KeyError: 'hiden'" in broken.stderr
+    assert f"atoll resume {run_dir}" in broken.stderr
+    first = open_run(run_dir).individuals
+    assert 6 <= len(first) < 40 and (first["status"] == int(Status.FAILED)).all()
+    (tmp_path / "typo.py").write_text(TYPO.format(key="hidden"))
+    fixed = mpirun_atoll(2, "resume", str(run_dir), "-q")
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 40 and set(first["id"].tolist()) <= set(ind["id"].tolist())
+    assert (ind["status"] == int(Status.OK)).sum() == 40 - len(first)
+
+
+def test_failures_after_a_success_never_give_up(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        1, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:flaky", "--set", "objective.options.way=raise",
+        "--set", "objective.options.rate=0.9", "--set", "search.generations=40",
+        "--set", "search.give_up_after=2", "--set", "seed=3", "-q")
+    ind = open_run(run_dir).individuals
+    statuses = ind["status"].tolist()
+    first_ok = statuses.index(int(Status.OK)) if int(Status.OK) in statuses else len(ind)
+    if first_ok >= 2:  # two failures came first: it gave up, as it should
+        assert done.returncode == 70 and len(ind) == 2
+    else:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert len(ind) == 40 and statuses.count(int(Status.FAILED)) > 2

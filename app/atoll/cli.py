@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -172,6 +173,7 @@ def _mpi_job(job: Callable[[Any], Any]) -> Any:
 
 def _finish(summary: Any, top: int) -> None:
     """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
+    from atoll.engine.stopping import EXIT_GAVE_UP
     from atoll.logs import launcher_rank
     from atoll.record import open_run
     from atoll.views.inspect import describe
@@ -192,6 +194,10 @@ def _finish(summary: Any, top: int) -> None:
         if summary.disk_full:
             click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
                        f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
+                       f"(exit code {summary.exit_code}).", err=True)
+        elif summary.exit_code == EXIT_GAVE_UP:
+            click.echo(f"Gave up: the objective kept failing (the error above); fix it, then "
+                       f"'atoll resume {shlex.quote(str(summary.run_dir))}' continues the run "
                        f"(exit code {summary.exit_code}).", err=True)
         elif summary.exit_code:
             click.echo(f"Stopped before the budget was spent: continue with "

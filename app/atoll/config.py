@@ -98,6 +98,9 @@ class SearchConfig:
     evaluations: int = 0
     """The run's total budget of completed evaluations, the same under any rank layout (0: use
     generations). A resume may raise it to extend a run."""
+    give_up_after: int = 10
+    """A job stops (exit code 70) once this many of its evaluations failed while none of the
+    run's has succeeded yet: a broken objective does not burn the budget (0: never)."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "evaluations": _integer(0, MAX_EVALUATIONS), "generations": _integer(1, MAX_EVALUATIONS),
         "max_evaluations": _integer(0, MAX_EVALUATIONS),
         "wall_time": _seconds(strict=False), "ranks_per_worker": _integer(1, MAX_COUNT),
-        "islands": _integer(1, MAX_COUNT), "eval_timeout": _seconds(strict=False)}),
+        "islands": _integer(1, MAX_COUNT), "eval_timeout": _seconds(strict=False),
+        "give_up_after": _integer(0, MAX_EVALUATIONS)}),
     "evolution": (EvolutionConfig, {
         "population_size": _population_size, "crossover": _probability, "mutation": _probability,
         "random_init": _probability, "sigma_factor": _number(0.0, strict=True),
@@ -572,6 +576,13 @@ def _materialize_builtin_space(table: dict[str, Any]) -> None:
     dimensions = _DIMENSIONS(objective.pop("dimensions", _DEFAULT_DIMENSIONS),
                              "objective.dimensions")
     table["space"] = builtin_space(objective.get("name", "sphere"), dimensions).to_dict()
+
+
+def section_default(section: str, key: str) -> Any:
+    """The default of ``section.key`` as stored (a run made before the key existed had it)."""
+    if section not in _SECTIONS:
+        return None
+    return _thaw(dataclasses.asdict(_SECTIONS[section][0]())).get(key)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

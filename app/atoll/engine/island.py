@@ -12,7 +12,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -97,13 +97,16 @@ class IslandLoop:
     def __init__(self, *, layout: Layout, worker: int, mailbox: Mailbox,
                  strategy: Strategy, evaluate: Evaluate, recorder: Recorder,
                  migration: MigrationConfig, rng: random.Random, id_base: int = 0,
-                 population: Population | None = None) -> None:
+                 population: Population | None = None,
+                 listeners: Sequence[Callable[[Individual], None]] = ()) -> None:
         self.layout = layout
         self.worker = worker
         self.island = layout.island_of_worker(worker)
         self.peers = tuple(w for w in layout.workers_on_island(self.island) if w != worker)
         self.mailbox = mailbox
         self.strategy = strategy
+        self.listeners = tuple(listeners)
+        """Hear each result of this job the island learns, once, after the strategy."""
         self.evaluate = evaluate
         self.recorder = recorder
         self.migration = migration
@@ -181,6 +184,8 @@ class IslandLoop:
         known = self.population.get(ind.id)
         if self.population.learn(ind) and (known is None or known.status == Status.INTERRUPTED):
             self.strategy.tell(ind)
+            for listen in self.listeners:
+                listen(ind)
 
     def _receive(self, tag: Tag, source: int, payload: Any) -> None:
         if tag == Tag.DEACTIVATE:

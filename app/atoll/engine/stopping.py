@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
 EXIT_DISK_FULL = 74  # EX_IOERR: stopped because a record file could not be written (disk
 # full, quota): free space, then resume; a job script must not resubmit into a full disk
+EXIT_GAVE_UP = 70  # EX_SOFTWARE: evaluations kept failing and none succeeded: fix the
+# objective, then resume
 DISK_FULL = "disk full"
 _NOTICE_TAG = 75
 WALL_TIME = "wall time"

@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from atoll import record
-from atoll.config import MAX_EVALUATIONS, Config, apply_overrides, config_to_dict, parse_config
+from atoll.config import (
+    MAX_EVALUATIONS,
+    Config,
+    apply_overrides,
+    config_to_dict,
+    parse_config,
+    section_default,
+)
 from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError
@@ -22,7 +29,7 @@ from atoll.errors import ConfigError
 log = logging.getLogger(__name__)
 
 JOB_KEYS = ("search.ranks_per_worker", "search.islands", "search.wall_time",
-            "record.flush_interval", "search.evaluations")
+            "record.flush_interval", "search.evaluations", "search.give_up_after")
 """Settings a resume may change: the layout and timing of a job, and the run's total budget
 (a larger one extends a run, finished or not)."""
 
@@ -78,6 +85,7 @@ def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: in
             raise ConfigError(f"--set {item!r}: a resume may change only "
                               f"{', '.join(JOB_KEYS)}; start a new run to change {key}")
     config = parse_config(apply_overrides(info.config_table, overrides))
+    config = replace(config, objective=replace(config.objective, config_dir=info.config_dir))
     changed = "search.evaluations" in keys and config.search.evaluations != info.budget
     if changed and config.search.evaluations == 0:
         raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
@@ -136,7 +144,8 @@ def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config)
         items = values.items() if isinstance(values, dict) else [(None, values)]
         for key, value in items:
             dotted = section if key is None else f"{section}.{key}"
-            old = old_values if key is None else (old_values or {}).get(key)
+            old = old_values if key is None else (old_values or {}).get(
+                key, section_default(section, key))
             if dotted not in JOB_KEYS and section != "space" and old != value:
                 raise ConfigError(
                     f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "

@@ -17,11 +17,19 @@ from typing import TYPE_CHECKING
 from atoll import record
 from atoll.collective import on_all, on_root
 from atoll.config import Config, config_to_dict
+from atoll.engine.giving_up import GAVE_UP, FailureWatch, commonest_error
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population, to_continue
-from atoll.engine.stopping import DISK_FULL, EXIT_DISK_FULL, EXIT_STOPPED, WALL_TIME, StopFlag
+from atoll.engine.stopping import (
+    DISK_FULL,
+    EXIT_DISK_FULL,
+    EXIT_GAVE_UP,
+    EXIT_STOPPED,
+    WALL_TIME,
+    StopFlag,
+)
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
 from atoll.errors import AtollError, ObjectiveError, RecordError, described
@@ -29,7 +37,7 @@ from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.strategy import ContinueFirst, Strategy
-from atoll.individual import Individual
+from atoll.individual import Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import check_preflight, load_objective
@@ -141,17 +149,9 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         wall = time.time() - start
         gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
         disk_full = next((m for m in comm.allgather(full.seen()) if m), "")
-        completed = sum(s.completed for s in gathered)
-        exit_code = EXIT_DISK_FULL if disk_full else \
-            0 if job.done + completed >= job.budget else EXIT_STOPPED
-        if disk_full:
-            log.warning("job stopped: %s; the rows written before are kept: free some space, "
-                        "then resume with 'atoll resume %s' (exit code %d)", disk_full,
-                        paths.run_dir, exit_code)
-        elif stopped or exit_code:
-            log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
-                        "with 'atoll resume %s'", stop.reason or WALL_TIME, job.done + completed,
-                        job.budget, exit_code, paths.run_dir)
+        gave_up = any(reason == GAVE_UP for reason in comm.allgather(stop.reason))
+        exit_code = _ending(paths, job, sum(s.completed for s in gathered), disk_full,
+                            GAVE_UP if gave_up else stop.reason if stopped else "", start, comm)
         results, exit_code, disk_full = on_root(
             comm, lambda: _finish(paths, job.job, exit_code, config, disk_full))
     return JobSummary(
@@ -160,6 +160,33 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
                                      default=start) - t0,
         results_file=results, exit_code=exit_code, disk_full=disk_full)
+
+
+def _ending(paths: record.RunPaths, job: JobPlan, completed: int, disk_full: str, stopped: str,
+            start: float, comm: MPI.Comm) -> int:
+    """The job's exit code, said in one line: why it stopped and what continues it."""
+    done = job.done + completed
+    if disk_full:
+        log.warning("job stopped: %s; the rows written before are kept: free some space, "
+                    "then resume with 'atoll resume %s' (exit code %d)", disk_full,
+                    paths.run_dir, EXIT_DISK_FULL)
+        return EXIT_DISK_FULL
+    if stopped == GAVE_UP:
+        if comm.Get_rank() == 0:
+            rows = record.read_completed(paths.run_dir)
+            mine = rows[(rows["started"] >= start) & (rows["status"] == int(Status.FAILED))]
+            error, times, failed = commonest_error(str(e) for e in mine["error"])
+            log.error("job stopped: %d evaluations failed and none of the run's succeeded; the "
+                      "commonest error (%d of %d): %s. Fix the objective, then 'atoll resume %s' "
+                      "continues this run (search.give_up_after = 0 never gives up; exit code "
+                      "%d)", failed, times, failed, error, paths.run_dir, EXIT_GAVE_UP)
+        return EXIT_GAVE_UP
+    exit_code = 0 if done >= job.budget else EXIT_STOPPED
+    if stopped or exit_code:
+        log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
+                    "with 'atoll resume %s'", stopped or WALL_TIME, done, job.budget, exit_code,
+                    paths.run_dir)
+    return exit_code
 
 
 def _refuse_if_taken_over(comm: MPI.Comm, paths: record.RunPaths,
@@ -189,7 +216,8 @@ def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float
         record.create_run(paths, config_table=config_to_dict(plan.config),
                           config_text=plan.config_text, space=plan.config.space,
                           budget=plan.budget, run_id=plan.run_id,
-                          main_metric=str(getattr(objective, "main_metric", "")))
+                          main_metric=str(getattr(objective, "main_metric", "")),
+                          config_dir=plan.config.objective.config_dir)
     job = record.begin_job(paths, layout=plan.layout.as_dict(), hosts=hosts,
                            versions=record.software_versions(), slurm=record.slurm_ids(),
                            start=start)
@@ -204,8 +232,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
-    population, waiting = on_all(topo.world, lambda: _restored(plan, paths, topo)
-                                 if topo.is_leader else (None, []))
+    population, waiting, succeeded = on_all(
+        topo.world, lambda: _restored(plan, paths, topo) if topo.is_leader else (None, [], False))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
@@ -236,7 +264,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         strategy=ContinueFirst(strategy, waiting) if waiting else strategy,
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
-        population=population)
+        population=population,
+        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn])
     return Leader(loop, link, log_file, evaluator)
 
 
@@ -258,17 +287,19 @@ def _preflight(objective: Objective, config: Config) -> None:
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology
-              ) -> tuple[Population | None, list[Individual]]:
-    """The island's population, and the interrupted evaluations this worker continues."""
+              ) -> tuple[Population | None, list[Individual], bool]:
+    """The island's population, the interrupted evaluations this worker continues, and
+    whether any evaluation of the run succeeded."""
     if not plan.resumed:
-        return None, []
+        return None, [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
     waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker)
     if waiting:
         log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
                  ", ".join(str(i.id) for i in waiting))
+    succeeded = bool((individuals["status"] == int(Status.OK)).any())
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
-                              topo.island), waiting
+                              topo.island), waiting, succeeded
 
 
 def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,

@@ -33,6 +33,7 @@ from atoll.record._h5 import (
     json_attr,
     open_h5,
     run_id_of,
+    text,
     to_json,
     write_error,
     write_header,
@@ -68,10 +69,14 @@ class RunInfo:
     """Evaluations the whole run completes, fixed when the run was created."""
     run_id: str = ""
     """Written into every file of the run, so that a file of another run is refused."""
+    config_dir: str = ""
+    """Where the first job's config file was: a ``module:function`` objective beside it is
+    found there on resume too."""
 
 
 def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text: str,
-               space: Space, budget: int, run_id: str, main_metric: str = "") -> None:
+               space: Space, budget: int, run_id: str, main_metric: str = "",
+               config_dir: str = "") -> None:
     """Start a new run: make the directory if needed and write ``run.h5``.
 
     ``main_metric`` is the reported metric views show beside the loss (the objective's
@@ -88,7 +93,7 @@ def create_run(paths: RunPaths, *, config_table: Mapping[str, Any], config_text:
                 write_header(f, RUN_KIND, created=time.time(), config=config_text,
                              config_json=to_json(dict(config_table)),
                              space=to_json(space.to_dict()), budget=budget,
-                             main_metric=main_metric, run_id=run_id)
+                             main_metric=main_metric, run_id=run_id, config_dir=config_dir)
                 create_table(f, "jobs", job_dtype())
         paths.workers_dir.mkdir(exist_ok=True)
     except OSError as exc:  # read-only, full, no permission: leave nothing behind
@@ -146,6 +151,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
         config_table = json_attr(f, "config_json", paths.run_file)
         budget = count_attr(f, "budget", paths.run_file)
         run_id = run_id_of(f)
+        config_dir = text(f.attrs.get("config_dir", ""))
         try:
             jobs = decoded(committed(f["jobs"]))
         except (KeyError, OSError, RuntimeError) as exc:
@@ -163,7 +169,7 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
                               "resume with the run's space or start a new run directory")
     for path in paths.worker_files():
         _check_worker(path, stored, run_id)
-    return RunInfo(config_table, run_space, jobs, budget, run_id)
+    return RunInfo(config_table, run_space, jobs, budget, run_id, config_dir)
 
 
 def _check_worker(path: Path, stored_space: Any, run_id: str) -> None:
