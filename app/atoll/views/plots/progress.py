@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from atoll.record.reader import RunData
@@ -30,6 +32,7 @@ from atoll.views.plots.common import (
     save,
     time_unit,
 )
+from atoll.views.plots.curves import STOPPED, curves, draw_curves
 
 
 def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
@@ -79,6 +82,10 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
 
 
 # -- per-epoch curves of the best --------------------------------------------------------------
+BEST_COLOURS = (*(f"C{i}" for i in range(10) if i != 7), "navy")
+"""matplotlib's cycle with navy for its grey, which the curves that did not complete use."""
+
+
 def _curve_metrics(names: list[str]) -> list[str]:
     """A loss-like and an accuracy-like validation metric where reported, else the first."""
     loss = [n for n in names if n == LOSS_METRIC] or [n for n in names if "loss" in n.lower()]
@@ -88,7 +95,9 @@ def _curve_metrics(names: list[str]) -> list[str]:
     return chosen or names[:1]
 
 
-def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
+def epochs_figure(run: RunData, top: int) -> Figure | str:
+    """The best ``top`` individuals' curves over the faded ones of the evaluations that did not
+    complete, or a note why there are none."""
     title = "Per-epoch validation curves of the best"
     names = metric_names(run.epochs)
     if not len(run.epochs) or not names:
@@ -102,10 +111,12 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
     marks = best_epochs(run)
     fig = figure(5.5 * len(metrics) + 1.0, 4.8)
     axes = np.atleast_1d(fig.subplots(1, len(metrics), squeeze=False)[0])
+    for ax, metric in zip(axes, metrics, strict=True):
+        draw_curves(ax, curves(run, metric), STOPPED, strong=False)
     for rank, row in enumerate(chosen):
         ident = int(row["id"])
         rows = run.epochs[run.epochs["individual"] == ident]
-        colour = f"C{rank % 10}"
+        colour = BEST_COLOURS[rank % len(BEST_COLOURS)]
         for ax, metric in zip(axes, metrics, strict=True):
             ax.plot(rows["epoch"], rows[metric], marker="o", markersize=3, color=colour,
                     linewidth=2.4 if rank == 0 else 1.2, zorder=3 if rank == 0 else 2,
@@ -114,7 +125,9 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
             if mark is not None and np.isfinite(mark[metric]):
                 ax.plot([mark["epoch"]], [mark[metric]], marker="o", markersize=9,
                         markerfacecolor="none", markeredgecolor=colour, linewidth=0)
+    shown = run.epochs[np.isin(run.epochs["individual"], [int(r["id"]) for r in chosen])]
     for ax, metric in zip(axes, metrics, strict=True):
+        _zoom(ax, shown[metric])
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(_metric_label(metric, run.epochs[metric]))
@@ -122,10 +135,31 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
         ax.grid(True, alpha=0.3)
     axes[-1].legend(title="individual", fontsize="small", loc="center left",
                     bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"Per-epoch validation curves of the best {len(chosen)} (circle: best epoch)")
-    return save(fig, out / "epochs.png", title,
-                 f"{', '.join(metrics)} at each epoch for the best individuals that reported "
-                 "epochs; the open circle marks each one's best epoch.")
+    fig.suptitle(f"Per-epoch validation curves of the best {len(chosen)} (circle: best epoch; "
+                 "grey: evaluations that did not complete)")
+    return fig
+
+
+def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
+    fig = epochs_figure(run, top)
+    if isinstance(fig, str):
+        return fig
+    return save(fig, out / "epochs.png", "Per-epoch validation curves of the best",
+                 "The validation metrics at each epoch of the best individuals that reported "
+                 "epochs; the open circle marks each one's best epoch. Thin grey lines are the "
+                 "evaluations that did not complete (pruned, failed, interrupted), each ending "
+                 "with an x where it stopped; the axes span the best's values, so worse curves "
+                 "leave them (intermediate.png shows all of every curve).")
+
+
+def _zoom(ax: Any, shown: np.ndarray) -> None:
+    """Limits around the best curves' values, not around every faded curve behind them."""
+    finite = shown[np.isfinite(shown)]
+    if len(finite):
+        low, high = float(finite.min()), float(finite.max())
+        pad = 0.1 * (high - low) or 0.05 * abs(high) or 0.5
+        ax.set_ylim(low - pad, high + pad)
+    ax.autoscale(axis="x")
 
 
 def _metric_label(metric: str, values: np.ndarray) -> str:
