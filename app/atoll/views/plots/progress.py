@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from atoll.individual import Status
 from atoll.record.reader import RunData
 from atoll.views.facts import (
     LOSS_METRIC,
@@ -42,6 +43,7 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
     ind = ind[np.argsort(ind["finished"], kind="stable")]
     good = usable(ind)
     y = values(run, ind["loss"])
+    pruned = (ind["status"] == int(Status.PRUNED)) & np.isfinite(y)
     if not good.any():
         return f"{title} (no evaluation finished with a finite loss)"
     count = np.arange(1, len(ind) + 1)
@@ -67,10 +69,15 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
             ax.step(np.append(x[on], x[-1]), np.append(best, best[-1]), where="post",
                     color=colour, linewidth=1.6, zorder=3,
                     label=f"island {int(island)}: best so far (dots: its evaluations)")
+        if pruned.any():
+            ax.scatter(x[pruned], y[pruned], marker="o", facecolors="none", edgecolors="0.4",
+                       linewidths=0.8, s=dots(len(ind))["s"], zorder=1,
+                       label=f"pruned: {int(pruned.sum())} (hollow grey: the value when "
+                             "stopped; never a best)")
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    loss_axis(axes[0], y[good], objective_label(run))
+    loss_axis(axes[0], y[good | pruned], objective_label(run))
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3),
                fontsize="small", frameon=False)
@@ -78,7 +85,8 @@ def best_loss(run: RunData, out: Path, top: int) -> Plot | str:
     best_found = "Highest value" if maximizing(run) else "Lowest loss"
     return save(fig, out / "best_loss.png", title,
                  f"{best_found} found so far against the number of evaluations finished and "
-                 "against wall time; dots are single evaluations, coloured by island.")
+                 "against wall time; dots are single evaluations, coloured by island; hollow "
+                 "grey circles are pruned evaluations at the value they returned when stopped.")
 
 
 # -- per-epoch curves of the best --------------------------------------------------------------
