@@ -6,6 +6,7 @@ beside the completed ones they were compared with.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from atoll.views.plots.common import STATUS_COLOURS, Plot, figure, log_axis, sav
 
 DRAW_ORDER = (Status.INTERRUPTED, Status.FAILED, Status.PRUNED, Status.OK)
 """Statuses from the bottom layer to the top: completed curves over the ones they judged."""
+PRUNED_AT = re.compile(r"pruned at epoch (-?\d+)")
+"""The error text the evaluator records for a pruned individual."""
 STOPPED = DRAW_ORDER[:-1]
 """The statuses of evaluations whose curves did not complete."""
 
@@ -35,6 +38,9 @@ class Curve:
     status: Status
     epochs: np.ndarray
     values: np.ndarray
+    stopped: int
+    """Index of the point where the evaluation stopped: the epoch it was pruned at (an
+    objective may report epochs after it), else its last."""
 
 
 def pruning_metric(run: RunData) -> str:
@@ -64,14 +70,25 @@ def curves(run: RunData, metric: str) -> list[Curve]:
         return []
     ind = run.individuals[np.argsort(run.individuals["finished"], kind="stable")]
     status = dict(zip(ind["id"].tolist(), ind["status"].tolist(), strict=True))
+    error = dict(zip(ind["id"].tolist(), ind["error"].tolist(), strict=True))
     order = np.lexsort((epochs["epoch"], epochs["individual"]))
     ids, starts = np.unique(epochs["individual"][order], return_index=True)
     found = []
     for ident, rows in zip(ids.tolist(), np.split(order, starts[1:]), strict=True):
         if ident in status:
-            found.append(Curve(ident, Status(status[ident]), epochs["epoch"][rows],
-                               epochs[metric][rows].astype(float)))
+            numbers = epochs["epoch"][rows]
+            at = np.flatnonzero(numbers == _pruned_at(error[ident]))
+            found.append(Curve(ident, Status(status[ident]), numbers,
+                               epochs[metric][rows].astype(float),
+                               int(at[0]) if len(at) else len(rows) - 1))
     return found
+
+
+def _pruned_at(error: str | bytes) -> int | None:
+    """The epoch in a pruned individual's ``pruned at epoch E``, else None."""
+    text = error.decode() if isinstance(error, bytes) else str(error)
+    found = PRUNED_AT.fullmatch(text.strip())
+    return int(found.group(1)) if found else None
 
 
 def status_label(status: Status, count: int) -> str:
@@ -98,8 +115,9 @@ def draw_curves(ax: Any, found: list[Curve], statuses: tuple[Status, ...], stron
             linewidths=1.2 if full else 0.8, label=status_label(status, len(mine)),
             zorder=2 if full else 1))
         if status != Status.OK:
-            ax.scatter([c.epochs[-1] for c in mine], [c.values[-1] for c in mine], marker="x",
-                       s=22 if not many else 8, color=[colour], linewidths=1.0, zorder=2)
+            ax.scatter([c.epochs[c.stopped] for c in mine], [c.values[c.stopped] for c in mine],
+                       marker="x", s=22 if not many else 8, color=[colour], linewidths=1.0,
+                       zorder=2, label=f"_stopped {status.name.lower()}")
 
 
 def intermediate_figure(run: RunData) -> Figure | str:

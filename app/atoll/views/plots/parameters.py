@@ -11,6 +11,7 @@ from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm, Normalize, to_rgba
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from atoll.individual import Status
@@ -75,8 +76,13 @@ def _parameter_axis(ax: Any, param: Param) -> None:
         ax.set_xlabel(f"{param.name} (integer{'; points jittered' if _jittered(param) else ''})")
 
 
-def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
-    title = f"{value_name(run).capitalize()} against each parameter"
+def _parameters_title(run: RunData) -> str:
+    return f"{value_name(run).capitalize()} against each parameter"
+
+
+def parameters_figure(run: RunData) -> Figure | str:
+    """Every evaluation's value against each parameter, or a note why there is none."""
+    title = _parameters_title(run)
     ind = run.individuals
     good = usable(ind)
     y = values(run, ind["loss"])
@@ -127,7 +133,14 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
         bar.locator = MaxNLocator(integer=True)
         bar.update_ticks()
     fig.suptitle(f"{title}: {int(good.sum())} ok (coloured), " + _others(ind, pruned, failed))
-    return save(fig, out / "parameters.png", title,
+    return fig
+
+
+def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
+    fig = parameters_figure(run)
+    if isinstance(fig, str):
+        return fig
+    return save(fig, out / "parameters.png", _parameters_title(run),
                  f"Each evaluation's {value_name(run)} against each parameter value, coloured "
                  "by when it finished; pruned evaluations as hollow grey circles at the value "
                  "they returned when stopped, failed ones as crosses in a band at the top; log "
@@ -154,8 +167,13 @@ def _headroom(ax: Any, losses: np.ndarray) -> None:
 
 
 # -- parallel coordinates of the best quarter --------------------------------------------------
-def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
-    title = "Parallel coordinates of the best quarter"
+PARALLEL_TITLE = "Parallel coordinates of the best quarter"
+
+
+def parallel_figure(run: RunData) -> Figure | str:
+    """The best quarter's lines over the pruned and failed ones, or a note why there are
+    none."""
+    title = PARALLEL_TITLE
     best = ranked(run)
     if len(best) < 2:
         return f"{title} (fewer than 2 evaluations with a finite loss)"
@@ -217,7 +235,14 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     fig.suptitle(f"Parallel coordinates: the best {len(shown)} of {len(best)} ok evaluations "
                  f"(coloured); {len(stopped[Status.PRUNED])} pruned, "
                  f"{len(stopped[Status.FAILED])} failed")
-    return save(fig, out / "parallel.png", title,
+    return fig
+
+
+def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
+    fig = parallel_figure(run)
+    if isinstance(fig, str):
+        return fig
+    return save(fig, out / "parallel.png", PARALLEL_TITLE,
                  "The best quarter of the ok evaluations (at least 5): each line is one "
                  f"individual's parameters and {value_name(run)}. Behind them, the pruned "
                  "(grey) and failed (red, dashed) evaluations' parameters, without a value. A "

@@ -24,13 +24,11 @@ Window = tuple[float, float, bool]
 
 def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     title = "Per-worker timeline"
-    ind = run.individuals
-    timed = ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+    timed = _timed(run)
     if not len(timed):
         return f"{title} (no evaluation has start and end times)"
     t0 = run_start(run)
-    stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
-    end = max([float(timed["finished"].max()), *stops])
+    end = _end(run, timed)
     windows = _job_windows(run, t0, end)
     divisor, unit = time_unit(end - t0)
     workers = np.unique(timed["worker"])
@@ -87,6 +85,27 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
                  "others finished theirs). White gaps are idle time. Right: each worker's "
                  "shares of the wall time of the jobs it worked in (time between jobs does not "
                  "count).")
+
+
+def worker_shares(run: RunData) -> dict[int, dict[str, float]]:
+    """Worker -> its shares of the time of the jobs it worked in, as the plot says them."""
+    timed = _timed(run)
+    if not len(timed):
+        return {}
+    windows = _job_windows(run, run_start(run), _end(run, timed))
+    return {int(w): shares(timed[timed["worker"] == w], windows)
+            for w in np.unique(timed["worker"])}
+
+
+def _timed(run: RunData) -> np.ndarray:
+    ind = run.individuals
+    return ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+
+
+def _end(run: RunData, timed: np.ndarray) -> float:
+    """The last recorded moment: the last job's stop or the last evaluation's end."""
+    stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
+    return max([float(timed["finished"].max()), *stops])
 
 
 def phase_spans(mine: np.ndarray, windows: list[Window]) -> dict[str, list[tuple[float, float]]]:
