@@ -155,8 +155,8 @@ def intermediate_figure(run: RunData) -> Figure | str:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3),
                fontsize="small", frameon=False)
-    fig.suptitle(f"{title}: {metric} at each epoch, {len(found)} curves, coloured by how the "
-                 "evaluation ended")
+    fig.suptitle(f"Intermediate values: {metric} at each epoch of the {len(found)} of "
+                 f"{len(run.individuals)} individuals that reported epochs, by how they ended")
     return fig
 
 
