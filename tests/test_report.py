@@ -360,8 +360,9 @@ def test_importances_sum_to_one_and_rank_the_only_parameter_that_matters_first(t
 # -- running and killed runs -------------------------------------------------------------------
 def test_report_of_a_running_then_killed_search(tmp_path):
     run_dir = tmp_path / "live"
+    generations = 1500  # long enough to outlive the report on a busy machine; killed anyway
     args = ["-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir),
-            "--set", "search.generations=400", "--set", "objective.options.sleep=0.02",
+            "--set", f"search.generations={generations}", "--set", "objective.options.sleep=0.02",
             "--set", "record.flush_interval=0.1"]
     proc = subprocess.Popen(mpirun_cmd(2, *args), cwd=ROOT, env=ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -388,7 +389,7 @@ def test_report_of_a_running_then_killed_search(tmp_path):
     assert killed.returncode == 0, killed.stderr[-2000:]
     text = (tmp_path / "killed" / "individuals.csv").read_text(encoding="utf-8")
     rows = list(csv.reader(text.splitlines(keepends=True)))
-    assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 800
+    assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 2 * generations
 
 
 # -- bad input and missing matplotlib ----------------------------------------------------------
