@@ -87,6 +87,11 @@ def _demo_loss(params: Mapping[str, Any]) -> float:
     return (math.log10(params["lr"]) + 2.0) ** 2 + penalty + 0.05 * params["layers"] + 0.01
 
 
+def lr_only(params: Mapping[str, Any], ctx: Any) -> float:
+    """report_demo's parameters, of which only ``lr`` matters: the loss of lr alone."""
+    return (math.log10(params["lr"]) + 2.0) ** 2 + 0.01
+
+
 def accuracy_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """A score to maximize: report_demo's epochs, returning its last val_accuracy."""
     report_demo(params, ctx)

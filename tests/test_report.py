@@ -21,6 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from matplotlib.collections import LineCollection
 
 from atoll.errors import RecordError
 from atoll.record import open_run
@@ -29,7 +30,8 @@ from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
 # The worktree's package first: the venv's editable install may point at another checkout.
 ENV = mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "app"), str(ROOT / "tests"), str(ROOT)]))
 CONFIG = "tests/configs/report.toml"
-PLOTS = ("best_loss.png", "epochs.png", "parameters.png", "parallel.png", "timeline.png")
+PLOTS = ("best_loss.png", "epochs.png", "intermediate.png", "importance.png", "parameters.png",
+         "parallel.png", "timeline.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -227,11 +229,140 @@ def test_report_imports_neither_torch_nor_mpi4py(finished):
     assert not modules & {"torch", "mpi4py"}, modules
 
 
+# -- pruned and failed individuals, start-up, importances ---------------------------------------
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 2-rank search of report_demo with the median rule on: ok, pruned and failed."""
+    run_dir = tmp_path_factory.mktemp("pruned") / "run"
+    search(run_dir, "pruning.rule=median", "pruning.min_completed=3")
+    return run_dir
+
+
+STATUS_NAMES = {0: "ok", 1: "failed", 2: "pruned", 3: "interrupted"}
+
+
+def recorded_curves(run_dir: Path, metric: str) -> dict[str, list[list[tuple[float, float]]]]:
+    """From the HDF5 tables alone: status -> the (epoch, metric) curve of each individual of
+    that status that reported epochs, sorted."""
+    ind = h5_table(run_dir, "individuals")
+    epochs = h5_table(run_dir, "epochs")
+    found: dict[str, list[list[tuple[float, float]]]] = {n: [] for n in STATUS_NAMES.values()}
+    for row in ind:
+        mine = epochs[epochs["individual"] == row["id"]]
+        mine = mine[np.argsort(mine["epoch"])]
+        if len(mine):
+            found[STATUS_NAMES[int(row["status"])]].append(
+                [(float(e), float(v)) for e, v in zip(mine["epoch"], mine[metric], strict=True)])
+    return {name: sorted(curves) for name, curves in found.items()}
+
+
+def drawn_curves(ax: Any, status: str) -> list[list[tuple[float, float]]]:
+    """The segments of the line collection labelled with ``status``, sorted."""
+    found = [c for c in ax.collections if isinstance(c, LineCollection)
+             and c.get_label().startswith(status)]
+    assert len(found) <= 1, [c.get_label() for c in found]
+    segments = found[0].get_segments() if found else []
+    return sorted([(float(e), float(v)) for e, v in seg] for seg in segments)
+
+
+def test_intermediate_values_draw_every_curve_by_status_pruned_ending_where_stopped(pruned):
+    from atoll.views.plots.curves import intermediate_figure
+
+    fig = intermediate_figure(open_run(pruned))
+    recorded = recorded_curves(pruned, "val_loss")
+    assert len(recorded["pruned"]) >= 3 and len(recorded["ok"]) >= 3
+    for status, curves in recorded.items():
+        assert drawn_curves(fig.axes[0], status) == curves, status
+    # The x of each pruned curve sits at the epoch it was pruned at (report_demo goes on
+    # reporting after it), on its curve.
+    ind = h5_table(pruned, "individuals")
+    epochs = h5_table(pruned, "epochs")
+    marks = []
+    for row in ind[ind["status"] == 2]:
+        at = int(row["error"].decode().removeprefix("pruned at epoch "))
+        mine = epochs[(epochs["individual"] == row["id"]) & (epochs["epoch"] == at)]
+        marks.append((float(at), float(mine["val_loss"][0])))
+    crosses = [c for c in fig.axes[0].collections if c.get_label() == "_stopped pruned"]
+    assert sorted(map(tuple, np.asarray(crosses[0].get_offsets()).tolist())) == sorted(marks)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"pruned (x: where it was stopped): {len(recorded['pruned'])}" in labels
+    assert f"ok: {len(recorded['ok'])}" in labels
+
+
+def test_epochs_plot_draws_the_pruned_curves_behind_the_best(pruned):
+    from atoll.views.plots.progress import epochs_figure
+
+    fig = epochs_figure(open_run(pruned), 5)
+    assert [ax.get_title() for ax in fig.axes] == ["val_loss", "val_accuracy"]
+    for ax in fig.axes:
+        recorded = recorded_curves(pruned, ax.get_title())
+        assert drawn_curves(ax, "pruned") == recorded["pruned"] != []
+        assert drawn_curves(ax, "ok") == []  # the best are drawn one by one, in colour
+
+
+def test_parameter_plots_show_pruned_and_failed_apart_with_counts(pruned):
+    from atoll.views.plots.parameters import parallel_figure, parameters_figure
+
+    ind = h5_table(pruned, "individuals")
+    counts = {name: int(np.count_nonzero(ind["status"] == code))
+              for code, name in STATUS_NAMES.items()}
+    assert counts["pruned"] > 0 and counts["failed"] > 0
+    scatter = parameters_figure(open_run(pruned))
+    labels = [t.get_text() for t in scatter.legends[0].get_texts()]
+    assert f"pruned: {counts['pruned']} (hollow: the value when stopped)" in labels
+    assert f"failed: {counts['failed']} (no result; in the band at the top)" in labels
+    hollow = [c for c in scatter.axes[0].collections if c.get_label().startswith("pruned")]
+    assert len(hollow[0].get_offsets()) == counts["pruned"]
+    assert sorted(np.asarray(hollow[0].get_offsets())[:, 1]) == \
+        pytest.approx(sorted(ind["loss"][ind["status"] == 2]))
+    lines = parallel_figure(open_run(pruned))
+    for status in ("pruned", "failed"):
+        assert len(drawn_curves(lines.axes[0], status)) == counts[status]
+    assert f"{counts['pruned']} pruned, {counts['failed']} failed" in lines.get_suptitle()
+
+
+def test_timeline_counts_start_up_and_wind_down_apart_from_idle(pruned):
+    from atoll.views.plots.timeline import worker_shares
+
+    ind = h5_table(pruned, "individuals")
+    job = h5_table(pruned, "jobs")[0]
+    span = float(job["stop"] - job["start"])
+    shares = worker_shares(open_run(pruned))
+    assert sorted(shares) == sorted(int(w) for w in np.unique(ind["worker"]))
+    for worker, part in shares.items():
+        mine = ind[ind["worker"] == worker]
+        start_up = float(mine["started"].min() - job["start"]) / span
+        wind_down = float(job["stop"] - mine["finished"].max()) / span
+        assert part["start-up"] == pytest.approx(start_up) and start_up > 0.01
+        assert part["wind-down"] == pytest.approx(wind_down) and wind_down > 0
+        assert part["busy"] + part["start-up"] + part["wind-down"] + part["idle"] == \
+            pytest.approx(1.0)
+
+
+def test_importances_sum_to_one_and_rank_the_only_parameter_that_matters_first(tmp_path):
+    from atoll.views.plots.importance import importances
+
+    run_dir = tmp_path / "lr_only"
+    search(run_dir, "objective.name=objectives:lr_only")
+    scores = importances(open_run(run_dir))
+    assert sorted(scores) == ["act", "layers", "lr"]
+    assert sum(scores.values()) == pytest.approx(1.0)
+    assert list(scores)[0] == "lr" and scores["lr"] > 0.8, scores
+    assert list(scores.values()) == sorted(scores.values(), reverse=True)
+    done = without("sklearn", str(run_dir), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Skipped: Parameter importances (they need scikit-learn, which is not installed: " \
+           "pip install scikit-learn)" in done.stdout.splitlines()
+    assert (tmp_path / "out" / "parameters.png").is_file()
+    assert not (tmp_path / "out" / "importance.png").exists()
+
+
 # -- running and killed runs -------------------------------------------------------------------
 def test_report_of_a_running_then_killed_search(tmp_path):
     run_dir = tmp_path / "live"
+    generations = 1500  # long enough to outlive the report on a busy machine; killed anyway
     args = ["-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir),
-            "--set", "search.generations=400", "--set", "objective.options.sleep=0.02",
+            "--set", f"search.generations={generations}", "--set", "objective.options.sleep=0.02",
             "--set", "record.flush_interval=0.1"]
     proc = subprocess.Popen(mpirun_cmd(2, *args), cwd=ROOT, env=ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -258,7 +389,7 @@ def test_report_of_a_running_then_killed_search(tmp_path):
     assert killed.returncode == 0, killed.stderr[-2000:]
     text = (tmp_path / "killed" / "individuals.csv").read_text(encoding="utf-8")
     rows = list(csv.reader(text.splitlines(keepends=True)))
-    assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 800
+    assert seen <= len(rows) - 1 == len(open_run(run_dir).individuals) < 2 * generations
 
 
 # -- bad input and missing matplotlib ----------------------------------------------------------
@@ -300,9 +431,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(finished, tmp_path):
         assert not (untouched / "report").exists()
 
 
-def without_matplotlib(*args: str) -> subprocess.CompletedProcess[str]:
-    """``atoll report`` in a Python where importing matplotlib fails, as where it is absent."""
-    code = ("import sys; sys.modules['matplotlib'] = None; "
+def without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``atoll report`` in a Python where importing ``module`` fails, as where it is absent."""
+    code = (f"import sys; sys.modules[{module!r}] = None; "
             f"sys.argv = ['atoll', 'report', *{list(args)!r}]; "
             "from atoll.cli import main; main()")
     return run([sys.executable, "-c", code], timeout=120, env=ENV)
@@ -310,13 +441,13 @@ def without_matplotlib(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_without_matplotlib_plots_are_refused_and_no_plots_still_reports(finished, tmp_path):
     out = tmp_path / "out"
-    done = without_matplotlib(str(finished[0]), "--out", str(out))
+    done = without("matplotlib", str(finished[0]), "--out", str(out))
     assert done.returncode == 2 and not out.exists()
     assert done.stderr.strip().splitlines() == [
         "atoll: error: the plots need matplotlib, which is not installed: pip install "
         "'atoll[report]' (or pip install matplotlib), or pass --no-plots for the tables, CSV "
         "and JSON alone"]
-    done = without_matplotlib(str(finished[0]), "--out", str(out), "--no-plots", "--csv")
+    done = without("matplotlib", str(finished[0]), "--out", str(out), "--no-plots", "--csv")
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["epochs.csv", "individuals.csv",
                                                      "report.html"]

@@ -12,13 +12,15 @@ from pathlib import Path
 
 from atoll.record.reader import RunData
 from atoll.views.plots.common import Plot
+from atoll.views.plots.curves import intermediate_values
+from atoll.views.plots.importance import parameter_importance
 from atoll.views.plots.parameters import loss_by_parameter, parallel_coordinates
 from atoll.views.plots.progress import best_loss, epoch_curves
 from atoll.views.plots.timeline import timeline
 
 Drawer = Callable[[RunData, Path, int], "Plot | str"]
-DRAWERS: tuple[Drawer, ...] = (best_loss, epoch_curves, loss_by_parameter, parallel_coordinates,
-                               timeline)
+DRAWERS: tuple[Drawer, ...] = (best_loss, epoch_curves, intermediate_values, parameter_importance,
+                               loss_by_parameter, parallel_coordinates, timeline)
 
 __all__ = ["DRAWERS", "Plot", "draw_all"]
 

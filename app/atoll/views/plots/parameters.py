@@ -10,7 +10,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import LogNorm, Normalize
+from matplotlib.colors import LogNorm, Normalize, to_rgba
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from atoll.individual import Status
@@ -75,8 +76,13 @@ def _parameter_axis(ax: Any, param: Param) -> None:
         ax.set_xlabel(f"{param.name} (integer{'; points jittered' if _jittered(param) else ''})")
 
 
-def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
-    title = f"{value_name(run).capitalize()} against each parameter"
+def _parameters_title(run: RunData) -> str:
+    return f"{value_name(run).capitalize()} against each parameter"
+
+
+def parameters_figure(run: RunData) -> Figure | str:
+    """Every evaluation's value against each parameter, or a note why there is none."""
+    title = _parameters_title(run)
     ind = run.individuals
     good = usable(ind)
     y = values(run, ind["loss"])
@@ -90,6 +96,8 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
     axes = grid.ravel()
     order = np.argsort(np.argsort(ind["finished"], kind="stable"), kind="stable") + 1
     failed = ind["status"] == int(Status.FAILED)
+    pruned = (ind["status"] == int(Status.PRUNED)) & np.isfinite(ind["loss"])
+    shown = good | pruned
     rng = np.random.default_rng(0)
     norm = Normalize(1, max(len(ind), 2))
     best = int(np.argmin(np.where(good, ind["loss"], np.inf)))
@@ -98,18 +106,22 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
         x = _positions(param, ind[param.name], rng)
         scatter = ax.scatter(x[good], y[good], c=order[good], cmap="viridis",
                              norm=norm, linewidths=0, **dots(len(ind)))
+        ax.scatter(x[pruned], y[pruned], marker="o", facecolors="none", edgecolors="0.4",
+                   linewidths=0.9, s=dots(len(ind))["s"] * 1.6, zorder=1,
+                   label=f"pruned: {int(pruned.sum())} (hollow: the value when stopped)")
         ax.scatter([x[best]], [y[best]], marker="*", s=160, color="gold",
                    edgecolors="black", linewidths=0.8, zorder=3, label="best")
         if failed.any():
             ax.scatter(x[failed], np.full(int(failed.sum()), 0.96), marker="x", s=18,
                        color=STATUS_COLOURS[Status.FAILED], transform=ax.get_xaxis_transform(),
-                       clip_on=False, label="failed (no result; in the band at the top)")
+                       clip_on=False,
+                       label=f"failed: {int(failed.sum())} (no result; in the band at the top)")
         _parameter_axis(ax, param)
         ax.grid(True, alpha=0.3)
     for ax in grid[:, 0]:
-        loss_axis(ax, y[good], objective_label(run))
+        loss_axis(ax, y[shown], objective_label(run))
     if failed.any():
-        _headroom(grid[0, 0], y[good])
+        _headroom(grid[0, 0], y[shown])
     for ax in axes[len(params):]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -120,11 +132,29 @@ def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
                            else 0.6, aspect=25, label="evaluation number (order finished)")
         bar.locator = MaxNLocator(integer=True)
         bar.update_ticks()
-    fig.suptitle(title)
-    return save(fig, out / "parameters.png", title,
+    fig.suptitle(f"{title}: {int(good.sum())} ok (coloured), " + _others(ind, pruned, failed))
+    return fig
+
+
+def loss_by_parameter(run: RunData, out: Path, top: int) -> Plot | str:
+    fig = parameters_figure(run)
+    if isinstance(fig, str):
+        return fig
+    return save(fig, out / "parameters.png", _parameters_title(run),
                  f"Each evaluation's {value_name(run)} against each parameter value, coloured "
-                 "by when it finished; log axes for log-scale parameters, jittered strips for "
-                 "choices.")
+                 "by when it finished; pruned evaluations as hollow grey circles at the value "
+                 "they returned when stopped, failed ones as crosses in a band at the top; log "
+                 "axes for log-scale parameters, jittered strips for choices.")
+
+
+def _others(ind: np.ndarray, pruned: np.ndarray, failed: np.ndarray) -> str:
+    """What the plot shows besides the ok results, and what it leaves out, in counts."""
+    status = ind["status"]
+    left = int(np.count_nonzero(status == int(Status.INTERRUPTED))) + \
+        int(np.count_nonzero((status == int(Status.PRUNED)) & ~pruned)) + \
+        int(np.count_nonzero((status == int(Status.OK)) & ~np.isfinite(ind["loss"])))
+    text = f"{int(pruned.sum())} pruned (hollow), {int(failed.sum())} failed (x)"
+    return text + (f"; {left} without a value not shown" if left else "")
 
 
 def _headroom(ax: Any, losses: np.ndarray) -> None:
@@ -137,8 +167,13 @@ def _headroom(ax: Any, losses: np.ndarray) -> None:
 
 
 # -- parallel coordinates of the best quarter --------------------------------------------------
-def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
-    title = "Parallel coordinates of the best quarter"
+PARALLEL_TITLE = "Parallel coordinates of the best quarter"
+
+
+def parallel_figure(run: RunData) -> Figure | str:
+    """The best quarter's lines over the pruned and failed ones, or a note why there are
+    none."""
+    title = PARALLEL_TITLE
     best = ranked(run)
     if len(best) < 2:
         return f"{title} (fewer than 2 evaluations with a finite loss)"
@@ -147,12 +182,18 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     xs = np.arange(len(params) + 1)
     fig = figure(max(8.0, 1.9 * len(xs) + 2.5), 5.2)
     ax = fig.subplots()
+    stopped = {status: run.individuals[run.individuals["status"] == int(status)]
+               for status in (Status.PRUNED, Status.FAILED)}
     columns = []
+    scales = []
     for x, param in zip(xs, params, strict=False):
         points = [_value(param, v) for v in shown[param.name]]
-        scale = _AxisScale(param, points)
+        everyone = points + [_value(param, v) for rows in stopped.values()
+                             for v in rows[param.name]]
+        scale = _AxisScale(param, everyone)
+        scales.append(scale)
         columns.append([scale.position(v) for v in points])
-        for value in scale.ticks(points):
+        for value in scale.ticks(everyone):
             label = f"{value:.3g}" if isinstance(value, float) else str(value)
             ax.text(x - 0.04, scale.position(value), label, ha="right", va="center",
                     fontsize="small", zorder=4,
@@ -176,6 +217,7 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
     lines = LineCollection([np.column_stack([xs, ys[i]]) for i in order], colors=colours,
                            linewidths=0.5 if many else 1.3)
     ax.add_collection(lines)
+    _stopped_lines(ax, stopped, scales, xs[:-1], len(best))
     _loss_ticks(ax, xs[-1], lo, hi, log)
     ax.vlines(xs, 0, 1, color="black", linewidth=0.8)
     ax.set_xticks(xs, [p.name for p in params] + [value_name(run)])
@@ -186,11 +228,45 @@ def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
         ax.spines[side].set_visible(False)
     fig.colorbar(ScalarMappable(norm, "viridis"), ax=ax, label=objective_label(run), shrink=0.8,
                  aspect=25)
-    fig.suptitle(f"Parallel coordinates: the best {len(shown)} of {len(best)} ok evaluations")
-    return save(fig, out / "parallel.png", title,
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels),
+                   fontsize="small", frameon=False)
+    fig.suptitle(f"Parallel coordinates: the best {len(shown)} of {len(best)} ok evaluations "
+                 f"(coloured); {len(stopped[Status.PRUNED])} pruned, "
+                 f"{len(stopped[Status.FAILED])} failed")
+    return fig
+
+
+def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:
+    fig = parallel_figure(run)
+    if isinstance(fig, str):
+        return fig
+    return save(fig, out / "parallel.png", PARALLEL_TITLE,
                  "The best quarter of the ok evaluations (at least 5): each line is one "
-                 f"individual's parameters and {value_name(run)}. A numeric axis spans the "
-                 "values these individuals have (log-aware), a categorical one all its choices.")
+                 f"individual's parameters and {value_name(run)}. Behind them, the pruned "
+                 "(grey) and failed (red, dashed) evaluations' parameters, without a value. A "
+                 "numeric axis spans the values these individuals have (log-aware), a "
+                 "categorical one all its choices.")
+
+
+def _stopped_lines(ax: Any, stopped: dict[Status, np.ndarray], scales: list[_AxisScale],
+                   xs: np.ndarray, ok: int) -> None:
+    """The pruned and failed evaluations' parameters, faded behind the best, one labelled line
+    collection each; they end at the last parameter, as their values do not compare."""
+    styles = {Status.PRUNED: ("0.45", "solid", "grey"), Status.FAILED: (
+        STATUS_COLOURS[Status.FAILED], "dashed", "red, dashed")}
+    for status, rows in stopped.items():
+        if not len(rows) or len(xs) < 2:
+            continue
+        colour, style, looks = styles[status]
+        faint = len(rows) + ok > 200
+        lines = [np.column_stack([xs, [s.position(_value(s.param, row[s.param.name]))
+                                       for s in scales]]) for row in rows]
+        ax.add_collection(LineCollection(
+            lines, colors=[to_rgba(colour, 0.15 if faint else 0.45)], linestyles=style,
+            linewidths=0.8, zorder=1,
+            label=f"{status.name.lower()}: {len(rows)} ({looks}; parameters only)"))
 
 
 class _AxisScale:

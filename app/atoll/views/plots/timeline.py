@@ -1,4 +1,5 @@
-"""Where the time went: one bar per evaluation on each worker, idle and failed time."""
+"""Where the time went: one bar per evaluation on each worker; start-up, wind-down, idle and
+failed time."""
 
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ from atoll.record.reader import RunData
 from atoll.views.plots.common import STATUS_COLOURS, Plot, figure, run_start, save, time_unit
 
 GAP_COLOUR = "0.88"
+PHASES = {"start-up": ("#d9c8ea", "//", "start-up (job start to first evaluation)"),
+          "wind-down": ("#d5e8d4", "..", "wind-down (last evaluation to job end)")}
+"""Colour, hatch and legend text of the time around a worker's evaluations in a job."""
+Window = tuple[float, float, bool]
+"""When a job ran (start, stop) and whether its stop was recorded (not killed, not running)."""
 
 
 def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     title = "Per-worker timeline"
-    ind = run.individuals
-    timed = ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+    timed = _timed(run)
     if not len(timed):
         return f"{title} (no evaluation has start and end times)"
     t0 = run_start(run)
-    stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
-    end = max([float(timed["finished"].max()), *stops])
+    end = _end(run, timed)
     windows = _job_windows(run, t0, end)
     divisor, unit = time_unit(end - t0)
     workers = np.unique(timed["worker"])
@@ -45,15 +49,22 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
                     tone = _lighter(colour) if alternate else colour
                     ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=tone, edgecolors=tone,
                                    linewidth=0.4)
-        ax.text(1.01, row, _busy_text(mine, windows), transform=ax.get_yaxis_transform(),
+        for phase, spans in phase_spans(mine, windows).items():
+            colour, hatch, _ = PHASES[phase]
+            ax.broken_barh([((a - t0) / divisor, (b - a) / divisor) for a, b in spans],
+                           (row - 0.35, 0.7), facecolors=colour, edgecolors="0.4", hatch=hatch,
+                           linewidth=0.4)
+        ax.text(1.01, row, _busy_text(shares(mine, windows)), transform=ax.get_yaxis_transform(),
                 va="center", fontsize="small")
-    gaps = list(zip([stop for _, stop in windows[:-1]], [start for start, _ in windows[1:]],
-                    strict=True))
+    gaps = list(zip([stop for _, stop, _ in windows[:-1]],
+                    [start for start, _, _ in windows[1:]], strict=True))
     for stop, start in gaps:
         ax.axvspan((stop - t0) / divisor, (start - t0) / divisor, color=GAP_COLOUR, zorder=0)
     present = {Status(int(s)) for s in np.unique(timed["status"])}
     handles = [Patch(color=colour, label=status.name.lower())
                for status, colour in STATUS_COLOURS.items() if status in present]
+    handles += [Patch(facecolor=colour, edgecolor="0.4", hatch=hatch, linewidth=0.4, label=text)
+                for colour, hatch, text in PHASES.values()]
     handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5,
                          label="idle (gap)"))
     if gaps:
@@ -67,24 +78,74 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"{title}: one bar per evaluation; right: share of the time its jobs ran")
     return save(fig, out / "timeline.png", title,
-                 "One bar per evaluation, coloured by how it ended; gaps are idle time "
-                 "(start-up, waiting). Right: each worker's busy, failed and idle share of the "
-                 "wall time of the jobs it worked in (time between jobs does not count).")
+                 "One bar per evaluation, coloured by how it ended. Hatched: start-up, from "
+                 "the job's start to the worker's first evaluation (the objective's import, "
+                 "the worker's set-up, the first breeding), and wind-down, from its last "
+                 "evaluation to the end of a job that ended cleanly (the budget was handed out, "
+                 "others finished theirs). White gaps are idle time. Right: each worker's "
+                 "shares of the wall time of the jobs it worked in (time between jobs does not "
+                 "count).")
 
 
-def _busy_text(mine: np.ndarray, windows: list[tuple[float, float]]) -> str:
-    """Busy, failed and idle shares of the jobs the worker worked in."""
+def worker_shares(run: RunData) -> dict[int, dict[str, float]]:
+    """Worker -> its shares of the time of the jobs it worked in, as the plot says them."""
+    timed = _timed(run)
+    if not len(timed):
+        return {}
+    windows = _job_windows(run, run_start(run), _end(run, timed))
+    return {int(w): shares(timed[timed["worker"] == w], windows)
+            for w in np.unique(timed["worker"])}
+
+
+def _timed(run: RunData) -> np.ndarray:
+    ind = run.individuals
+    return ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+
+
+def _end(run: RunData, timed: np.ndarray) -> float:
+    """The last recorded moment: the last job's stop or the last evaluation's end."""
+    stops = [float(v) for v in run.jobs["stop"] if math.isfinite(v)]
+    return max([float(timed["finished"].max()), *stops])
+
+
+def phase_spans(mine: np.ndarray, windows: list[Window]) -> dict[str, list[tuple[float, float]]]:
+    """For each job the worker evaluated in: its start-up, from the job's start to the worker's
+    first evaluation, and, where the job's stop was recorded, its wind-down, from the end of
+    its last evaluation to the job's stop."""
+    spans: dict[str, list[tuple[float, float]]] = {phase: [] for phase in PHASES}
+    for start, stop, ended in windows:
+        inside = mine[(mine["started"] >= start) & (mine["started"] <= stop)]
+        if len(inside):
+            spans["start-up"].append((start, float(inside["started"].min())))
+            if ended:
+                spans["wind-down"].append((float(inside["finished"].max()), stop))
+    return spans
+
+
+def shares(mine: np.ndarray, windows: list[Window]) -> dict[str, float]:
+    """The worker's busy, failed (a part of busy), start-up, wind-down and idle fractions of
+    the wall time of the jobs it worked in; empty when that time is zero."""
     starts = mine["started"]
-    span = sum(stop - start for start, stop in windows
+    span = sum(stop - start for start, stop, _ in windows
                if np.any((starts >= start) & (starts <= stop)))
     if span <= 0:
-        return ""
+        return {}
     busy = float((mine["finished"] - mine["started"]).sum())
     failed = mine[mine["status"] == int(Status.FAILED)]
-    lost = float((failed["finished"] - failed["started"]).sum())
-    failed_text = f" (failed {100 * lost / span:.0f}%)" if len(failed) else ""
-    idle = 100 * max(span - busy, 0) / span
-    return f"busy {100 * busy / span:.0f}%{failed_text}, idle {idle:.0f}%"
+    part = {"busy": busy / span,
+            "failed": float((failed["finished"] - failed["started"]).sum()) / span}
+    for phase, spans in phase_spans(mine, windows).items():
+        part[phase] = sum(max(b - a, 0.0) for a, b in spans) / span
+    part["idle"] = max(1.0 - part["busy"] - part["start-up"] - part["wind-down"], 0.0)
+    return part
+
+
+def _busy_text(part: dict[str, float]) -> str:
+    if not part:
+        return ""
+    failed = f" (failed {100 * part['failed']:.0f}%)" if part["failed"] > 0 else ""
+    rest = ", ".join(f"{name} {100 * part[name]:.0f}%" for name in (*PHASES, "idle"))
+    return f"busy {100 * part['busy']:.0f}%{failed}, {rest}"
 
 
 def _lighter(colour: str) -> tuple[float, float, float]:
@@ -92,19 +153,20 @@ def _lighter(colour: str) -> tuple[float, float, float]:
     return (red + (1 - red) * 0.35, green + (1 - green) * 0.35, blue + (1 - blue) * 0.35)
 
 
-def _job_windows(run: RunData, t0: float, end: float) -> list[tuple[float, float]]:
+def _job_windows(run: RunData, t0: float, end: float) -> list[Window]:
     """When each job ran, in order: from its start to its stop, or for a job killed or still
     running, to its last evaluation before the next job (or ``end``)."""
     jobs = run.jobs[np.argsort(run.jobs["start"], kind="stable")]
     if not len(jobs):  # run.h5 is missing: one window over what was recorded
-        return [(t0, end)]
+        return [(t0, end, False)]
     finished = run.individuals["finished"]
     windows = []
     for index, job in enumerate(jobs):
         start, stop = float(job["start"]), float(job["stop"])
-        if not math.isfinite(stop):
+        ended = math.isfinite(stop)
+        if not ended:
             limit = float(jobs["start"][index + 1]) if index + 1 < len(jobs) else math.inf
             mine = finished[np.isfinite(finished) & (finished >= start) & (finished < limit)]
             stop = float(mine.max()) if len(mine) else start
-        windows.append((start, max(stop, start)))
+        windows.append((start, max(stop, start), ended))
     return windows
