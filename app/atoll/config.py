@@ -218,7 +218,7 @@ MAX_COUNT = 10**6
 """The largest islands, ranks per worker, population, migrants, tournament or kept models."""
 MAX_SECONDS = 1e7
 """The longest wall time, evaluation timeout, flush interval or process-group timeout: about
-116 days (a timer of 1e300 s failed every evaluation with an OverflowError)."""
+116 days, within what the operating system's timers accept."""
 
 
 def _integer(minimum: int, maximum: int = INT64_MAX) -> Check:

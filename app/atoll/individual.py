@@ -18,6 +18,11 @@ class Status(IntEnum):
     INTERRUPTED = 3
 
 
+FINISHED = (Status.OK, Status.FAILED, Status.PRUNED)
+"""Statuses of an evaluation that is over: each spends one evaluation of the run's budget. An
+interrupted one does not; a later job continues it."""
+
+
 class Origin(IntEnum):
     """How the parameters were made: at random, or which strategy bred them (its own column in
     the record, so that views and strategies never infer it)."""

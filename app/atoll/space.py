@@ -1,8 +1,9 @@
 """The search space: typed parameters, sampling, clipping and the unit-interval view operators use.
 
-This is the one module that knows parameter types. Everything else asks a :class:`Param` to
-sample, clip, or move a value through ``to_unit``/``from_unit`` (a position in [0, 1], log-aware
-for log-scale floats), so operators never branch on types.
+Operators ask a :class:`Param` to sample, clip, or move a value through ``to_unit``/``from_unit``
+(a position in [0, 1], log-aware for log-scale floats) rather than branch on its type. Where a
+type's layout matters (the record's columns, the wire format, CMA-ES's integer lattices), those
+modules look at the parameter's class.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from atoll.engine.population import Population
 from atoll.engine.protocol import Handler, Tag
 from atoll.engine.topology import Layout
 from atoll.evolution.strategy import Continue, Strategy
-from atoll.individual import Individual, Status
+from atoll.individual import FINISHED, Individual, Status
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class IslandLoop:
         if generation == 0:
             self.stats.first_evaluation = ind.started
         self.stats.objective_seconds += ind.finished - ind.started
-        self.stats.completed += ind.status != Status.INTERRUPTED
+        self.stats.completed += ind.status in FINISHED
         self._learn(ind)
         self.recorder.add_individual(ind)
         self.mailbox.send_individual(Tag.RESULT, ind, self.peers)

@@ -14,15 +14,12 @@ import numpy as np
 
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
-from atoll.individual import NO_PARENT, Individual, Origin, Status
+from atoll.individual import FINISHED, NO_PARENT, Individual, Origin, Status
 from atoll.space import Space
-
-COMPLETED = (Status.OK, Status.FAILED, Status.PRUNED)
-"""Statuses that spend budget; an interrupted evaluation is redone on resume."""
 
 
 def completed_count(individuals: np.ndarray) -> int:
-    return int(np.isin(individuals["status"], [int(s) for s in COMPLETED]).sum())
+    return int(np.isin(individuals["status"], FINISHED).sum())
 
 
 def moved_islands(migrations: np.ndarray) -> dict[int, set[int]]:
@@ -84,7 +81,7 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int,
     round robin in order of id over the job's workers (so no worker gets more of them than its
     share of the budget), each as its last part was recorded, to be continued under its id."""
     status = individuals["status"]
-    completed = individuals["id"][np.isin(status, [int(s) for s in COMPLETED])]
+    completed = individuals["id"][np.isin(status, FINISHED)]
     rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
                                                                       completed)]
     last = {int(ident): n for n, ident in enumerate(rows["id"].tolist())}  # later parts win

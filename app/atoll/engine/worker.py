@@ -68,7 +68,7 @@ class Evaluator(Protocol):
     def close(self) -> None: ...
 
 
-class WorkerLog(Protocol):
+class ClosingLog(Protocol):
     """The leader's record, closed at the end with the population it knew (None: not a clean
     end, so nothing of the population is written)."""
 
@@ -79,7 +79,7 @@ class Leader:
     """A worker leader's part in a job: the island loop, then releasing the followers, closing
     the log and the evaluator, whatever happened."""
 
-    def __init__(self, loop: IslandLoop, link: WorkerLink, log: WorkerLog,
+    def __init__(self, loop: IslandLoop, link: WorkerLink, log: ClosingLog,
                  evaluator: Evaluator) -> None:
         self.loop, self.link, self.log, self.evaluator = loop, link, log, evaluator
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.individual import Status
+from atoll.individual import FINISHED, Status
 from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.record.schema import EPOCH_COLUMNS, MODE_NAMES
@@ -85,7 +85,7 @@ def _counts(run: RunData) -> list[str]:
     moved = int(np.count_nonzero(modes == MODE_NAMES["migration"]))
     pollinated = int(np.count_nonzero(modes == MODE_NAMES["pollination"]))
     budget = int(run.metadata.get("budget") or 0)
-    done = int(np.count_nonzero(status != Status.INTERRUPTED))
+    done = int(np.isin(status, FINISHED).sum())
     spent = f"; budget: {done} of {budget} completed" if budget else ""
     return [f"Evaluations: {len(status)} ({counts}){spent}",
             f"Epochs: {len(run.epochs)}; migrations: {moved}; pollinations: {pollinated}"]

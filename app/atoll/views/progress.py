@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.individual import Status
+from atoll.individual import FINISHED, Status
 from atoll.record import open_run, plain
 from atoll.record.claim import held, running
 from atoll.views.facts import best_epoch_values, main_metric, value_name, values
@@ -68,7 +68,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
     job = int(jobs["job"][-1]) if len(jobs) else -1
     start = float(jobs["start"][-1]) if len(jobs) else time.time()
     stop = float(jobs["stop"][-1]) if len(jobs) else math.nan
-    counted = ind["status"] != Status.INTERRUPTED
+    counted = np.isin(ind["status"], FINISHED)
     metric = main_metric(run)
     ok = ind[(ind["status"] == Status.OK) & np.isfinite(ind["loss"])]
     best: dict[str, Any] = {}
