@@ -10,8 +10,8 @@ turns, each running BURST evaluations in a row, and every message arrives at onc
 a perfectly even interleaving; a larger BURST is what an oversubscribed core does to fast
 evaluations (a rank runs many in one time slice while its island partner waits for the core).
 
-SIDE "atoll" runs from Atoll's venv and drives ``IslandLoop.step`` over the tests' in-memory
-mailbox (tests/memory_mailbox.py);
+SIDE "atoll" runs from Atoll's venv and drives ``IslandLoop.step`` over the in-memory
+mailbox (atoll.engine.memory);
 "propulate" runs from Propulate's and drives its own ``Migrator`` methods, in the order of its
 ``propulate()`` loop, over in-memory communicators. Each side uses its own RNGs, seeded from
 1000 + seed (and the worker).
@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from objectives import FUNCTIONS, space, space_table
-
-TESTS = Path(__file__).resolve().parents[1] / "tests"  # the in-memory mailbox lives there
 
 
 def atoll_run(function: str, seed: int, evaluations: int, pop_size: int) -> float:
@@ -85,13 +82,11 @@ def atoll_islands(function: str, seed: int, evaluations: int, pop_size: int,
                   burst: int) -> float:
     from atoll.config import MigrationConfig
     from atoll.engine.island import IslandLoop, breeding_rng
+    from atoll.engine.memory import MemoryPost, MemoryRecorder
     from atoll.engine.topology import Layout
     from atoll.evolution import ga_strategy
     from atoll.individual import Status
     from atoll.space import Space
-
-    sys.path.insert(0, str(TESTS))
-    from memory_mailbox import MemoryPost, MemoryRecorder
 
     f = FUNCTIONS[function][0]
     search_space = Space.from_dict(space_table(function))

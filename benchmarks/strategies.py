@@ -11,11 +11,10 @@ README's advice on strategies rests on the peers rows, which time real searches 
 from __future__ import annotations
 
 import statistics
-import sys
 from typing import Any
 
 import numpy as np
-from common import HERE, Row
+from common import Row
 
 from objectives import FUNCTIONS
 
@@ -31,13 +30,11 @@ CASES = ("sphere", "griewank", "ackley", "rastrigin", "schwefel")
 def best_loss(function: str, strategies: tuple[str, str], seed: int) -> float:
     from atoll.config import EvolutionConfig, MigrationConfig
     from atoll.engine.island import IslandLoop, breeding_rng
+    from atoll.engine.memory import MemoryPost, MemoryRecorder
     from atoll.engine.topology import Layout
     from atoll.evolution.default import island_strategy
     from atoll.individual import Status
     from atoll.space import FloatParam, Space
-
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from memory_mailbox import MemoryPost, MemoryRecorder
 
     f, low, high, _ = FUNCTIONS[function]
     space = Space(tuple(FloatParam(f"x{i}", low, high) for i in range(DIMENSIONS)))

@@ -9,13 +9,13 @@ import pytest
 
 from atoll.config import MigrationConfig
 from atoll.engine.island import Budget, IslandLoop, breeding_rng, geometric
+from atoll.engine.memory import MemoryPost, MemoryRecorder
 from atoll.engine.population import Population
 from atoll.engine.protocol import Tag
 from atoll.engine.topology import Layout
 from atoll.evolution import Continue, ga_strategy
 from atoll.individual import Individual, Status
 from atoll.space import Space
-from memory_mailbox import MemoryPost, MemoryRecorder
 
 
 def test_breeding_rng_is_fixed_by_seed_job_and_worker() -> None:

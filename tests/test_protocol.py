@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from atoll.engine.memory import MemoryPost
 from atoll.engine.protocol import Codec
 from atoll.individual import Individual, Origin, Status
 from atoll.space import Space
 from conftest import ROOT, mpirun_cmd, run
+from mailbox_contract import Inbox, check_received, send_burst
 
 MIXED = Space.from_dict({
     "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
@@ -49,22 +51,18 @@ def test_bursts_arrive_complete_and_in_order_from_each_sender(tmp_path: Path, ra
     done = run(mpirun_cmd(ranks, str(ROOT / "tests" / "mpi_programs" / "mailbox_checks.py"),
                           str(out), str(burst)), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    received = json.loads(out.read_text())
-    for me, messages in enumerate(received):
-        for source in (r for r in range(ranks) if r != me):
-            mine = [m for m in messages if m[0] == source]
-            individuals = [m for m in mine if m[1] != "deactivate"]
-            deactivations = [m for m in mine if m[1] == "deactivate"]
-            # all of them, once each, in the order the sender sent them (MPI keeps the order
-            # of one sender's messages; the mailbox must not lose it)
-            assert [m[2] for m in individuals] == [source * 1_000_000 + n for n in range(burst)]
-            assert [m[2] for m in deactivations] == [source * 1_000_000 + n
-                                                     for n in range(0, burst, 3)]
-            positions = {(m[1] == "deactivate", m[2]): i for i, m in enumerate(mine)}
-            for n in range(0, burst, 3):  # a deactivation follows its individual
-                ident = source * 1_000_000 + n
-                assert positions[(False, ident)] < positions[(True, ident)]
-            for n, m in enumerate(individuals):
-                assert m[1] == ("MIGRANT", "RESULT")[n % 2]
-                assert m[3] == n / burst and m[4] == ("relu", "tanh")[n % 2]
-                assert m[5] == ("OK", "FAILED")[n % 2] and m[6] == n % 5
+    check_received(json.loads(out.read_text()), ranks, burst)
+
+
+@pytest.mark.parametrize("leaders", [2, 4])
+def test_the_memory_mailbox_keeps_the_same_contract(leaders: int) -> None:
+    """The in-memory mailbox the one-process harnesses use passes the same checks."""
+    burst = 400
+    post = MemoryPost(leaders)
+    inboxes = [Inbox() for _ in range(leaders)]
+    for me in range(leaders):
+        send_burst(post.mailbox(me), me, [r for r in range(leaders) if r != me], burst,
+                   inboxes[me])
+    for me in range(leaders):
+        post.mailbox(me).drain(inboxes[me])
+    check_received([inbox.got for inbox in inboxes], leaders, burst)

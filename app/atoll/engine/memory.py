@@ -1,5 +1,7 @@
-"""The island loop without MPI: an in-memory mailbox and recorder, so that tests (and the
-benchmarks' island-model harness) drive several loops in one process in a chosen schedule."""
+"""The island loop without MPI: an in-memory mailbox and recorder, so that one process drives
+several loops in a schedule of its choosing (the tests, the benchmarks' island-model harness).
+The mailbox keeps :class:`~atoll.engine.protocol.MpiMailbox`'s contract (tests/mailbox_contract.py
+runs the same checks against both)."""
 
 from __future__ import annotations
 
