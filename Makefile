@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_btl ?= ^ofi
 MPIRUN := $(BIN)/mpirun --oversubscribe --bind-to none
 
-.PHONY: all install run test test-fast bench lint clean
+.PHONY: all install run test test-fast bench bench-full lint clean
 all: test
 
 $(STAMP): pyproject.toml
@@ -38,8 +38,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Every measurement, the peers rows at 400 evaluations with 5 seeds: benchmarks/RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# The peers rows alone on all four layouts with 10 seeds (hours): benchmarks/RESULTS-full.md.
+bench-full: $(STAMP)
+	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests benchmarks

@@ -27,9 +27,9 @@ The medians are over SEEDS seeds. Verdicts, per row:
   both of Optuna's samplers (the GA's lead, as the issue measured it).
 
 Optuna's samplers cost tens of milliseconds per trial with a journal file (every trial reads
-the study), so this measurement takes hours; for a quicker look, BENCH_PEER_SEEDS sets fewer
-seeds and BENCH_PEER_LAYOUTS fewer layouts (e.g. "8x2000,4x400": ranks x evaluations, in that
-order).
+the study), so the whole table (PRESETS["full"]: four layouts, 10 seeds) takes hours and is
+``make bench-full``'s; ``make bench`` runs PRESETS["quick"]. BENCH_PEER_SEEDS and
+BENCH_PEER_LAYOUTS override either (e.g. "8x2000,4x400": ranks x evaluations, in that order).
 """
 
 from __future__ import annotations
@@ -45,9 +45,22 @@ from throughput import task
 DIMENSIONS = 10
 FUNCTIONS = ("sphere", "rosenbrock", "griewank", "ackley", "rastrigin", "schwefel")
 SMOOTH = ("sphere", "rosenbrock", "griewank", "ackley")
-LAYOUTS = tuple(tuple(int(n) for n in layout.split("x")) for layout in os.environ.get(
-    "BENCH_PEER_LAYOUTS", "4x400,8x400,4x2000,8x2000").split(","))  # ranks x evaluations
-SEEDS = tuple(range(1, 1 + int(os.environ.get("BENCH_PEER_SEEDS", 10))))
+PRESETS = {"quick": ("4x400,8x400", 5), "full": ("4x400,8x400,4x2000,8x2000", 10)}
+"""Layouts (ranks x evaluations) and seeds of ``make bench`` and ``make bench-full``."""
+LAYOUTS: tuple[tuple[int, ...], ...] = ()
+SEEDS: tuple[int, ...] = ()
+
+
+def configure(preset: str) -> None:
+    """Set LAYOUTS and SEEDS from a preset, unless BENCH_PEER_LAYOUTS/_SEEDS say otherwise."""
+    global LAYOUTS, SEEDS
+    layouts, seeds = PRESETS[preset]
+    LAYOUTS = tuple(tuple(int(n) for n in layout.split("x")) for layout in os.environ.get(
+        "BENCH_PEER_LAYOUTS", layouts).split(","))
+    SEEDS = tuple(range(1, 1 + int(os.environ.get("BENCH_PEER_SEEDS", seeds))))
+
+
+configure("full")
 
 # name: (side, islands, what the task adds)
 CONTENDERS: dict[str, tuple[str, int, dict[str, Any]]] = {

@@ -250,7 +250,11 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(MEASUREMENTS),
                         help="comma-separated measurements to run (default: all)")
     parser.add_argument("--output", type=Path, default=common.HERE / "RESULTS.md")
+    parser.add_argument("--peers", choices=sorted(peers.PRESETS), default="quick",
+                        help="the peers rows' layouts and seeds (make bench: quick; make "
+                             "bench-full: full)")
     args = parser.parse_args()
+    peers.configure(args.peers)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in MEASUREMENTS]
     if unknown:

@@ -182,10 +182,17 @@ def test_every_search_example_runs_on_4_ranks_within_a_minute(tmp_path, example)
     assert "Best 5 of" in done.stdout
 
 
-def test_make_targets_exist():
-    makefile = Path(ROOT / "Makefile").read_text()
-    for target in ("run:", "test:", "bench:", "lint:", "clean:"):
-        assert f"\n{target}" in makefile
+def test_make_targets_resolve_to_the_commands_the_readme_names():
+    """make -n: each target the README names exists and runs what it says (nothing is run)."""
+    planned = {target: run(["make", "-n", "-W", "pyproject.toml", target], timeout=60)
+               for target in ("run", "test", "bench", "bench-full", "lint", "clean")}
+    for target, done in planned.items():
+        assert done.returncode == 0, (target, done.stderr)
+    assert "atoll search --run-dir" in planned["run"].stdout
+    assert "pytest -q" in planned["test"].stdout
+    assert "benchmarks/run.py\n" in planned["bench"].stdout
+    assert "benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md" \
+        in planned["bench-full"].stdout
 
 
 def test_an_objective_module_beside_the_config_needs_no_pythonpath(tmp_path):
