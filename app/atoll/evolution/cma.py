@@ -38,7 +38,11 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
-from cmaes import CMA, CMAwM
+
+from atoll.evolution.lean_import import without_scipy
+
+with without_scipy():
+    from cmaes import CMA, CMAwM
 
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
