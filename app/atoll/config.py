@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from atoll.errors import ConfigError
-from atoll.evolution.selection import SELECTIONS
-from atoll.objectives.benchmarks import BENCHMARKS
 from atoll.space import INT64_MAX, FloatParam, Space, key_path
 
 DEFAULT_CONFIG = "default.toml"
@@ -40,6 +38,13 @@ one recently more successful (:mod:`atoll.evolution.hybrid`)."""
 SIGMA_RULES = ("fixed", "success")
 """The GA's Gaussian step: ``fixed`` at ``sigma_factor`` (Propulate's), ``success`` adapted per
 worker by the 1/5th success rule (:mod:`atoll.evolution.step_size`)."""
+SELECTIONS = ("best", "uniform", "tournament")
+"""The GA's breeding pools (``evolution.selection``)."""
+BUILTINS = {"sphere": (-5.12, 5.12), "rosenbrock": (-2.048, 2.048), "rastrigin": (-5.12, 5.12),
+            "ackley": (-32.768, 32.768), "griewank": (-600.0, 600.0),
+            "schwefel": (-500.0, 500.0), "step": (-5.12, 5.12)}
+"""The built-in benchmark objectives (:mod:`atoll.objectives.benchmarks`) with the bounds of
+the space they get when a config gives none."""
 DIRECTIONS = ("minimize", "maximize")
 """Whether the objective's value is a loss (lower is better) or a score (higher is better)."""
 
@@ -371,7 +376,7 @@ def _section(table: Mapping[str, Any], name: str) -> Any:
 
 def is_builtin(name: str) -> bool:
     """Whether ``name`` is one of the benchmark functions that ship with Atoll."""
-    return isinstance(name, str) and name in BENCHMARKS
+    return isinstance(name, str) and name in BUILTINS
 
 
 def _is_reference(name: str) -> bool:
@@ -385,10 +390,10 @@ def _objective_name(value: Any) -> str:
     name = _string(value, "objective.name")
     if is_builtin(name) or _is_reference(name):
         return name
-    close = difflib.get_close_matches(name, list(BENCHMARKS), n=1)
+    close = difflib.get_close_matches(name, list(BUILTINS), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"objective.name: {_show(name)} is neither a built-in "
-                      f"({', '.join(sorted(BENCHMARKS))}) nor 'package.module:function'{hint}")
+                      f"({', '.join(sorted(BUILTINS))}) nor 'package.module:function'{hint}")
 
 
 _TOML_SCALARS = (str, int, float, bool, datetime.date, datetime.time)  # datetime is a date
@@ -452,8 +457,8 @@ def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Spa
 
 def builtin_space(name: str, dimensions: int) -> Space:
     """The space a built-in gets without a [space]: x0..x{n-1} over the benchmark's bounds."""
-    bench = BENCHMARKS[name]
-    return Space(tuple(FloatParam(f"x{i}", bench.low, bench.high) for i in range(dimensions)))
+    low, high = BUILTINS[name]
+    return Space(tuple(FloatParam(f"x{i}", low, high) for i in range(dimensions)))
 
 
 def _check_numeric(space: Space, name: str) -> None:

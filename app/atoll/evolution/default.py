@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from atoll.config import SELECTIONS, EvolutionConfig
 from atoll.evolution.base import Compose, Conditional, Propagator, check_count
 from atoll.evolution.crossover import CrossoverUniform
 from atoll.evolution.init import InitUniform
 from atoll.evolution.mutation import IntervalMutationNormal, PointMutation, interval_params
-from atoll.evolution.selection import (
-    SELECTIONS,
-    SelectBest,
-    SelectTournament,
-    SelectUniform,
-)
+from atoll.evolution.selection import SelectBest, SelectTournament, SelectUniform
 from atoll.evolution.step_size import StepScale, SuccessRule
 from atoll.evolution.strategy import Strategy
 from atoll.individual import Individual
 from atoll.space import Space
-
-if TYPE_CHECKING:
-    from atoll.config import EvolutionConfig
 
 
 def default_propagator(space: Space, population_size: int,
@@ -48,8 +40,6 @@ def default_propagator(space: Space, population_size: int,
       :func:`ga_strategy`'s success rule adapts when ``sigma_rule = "success"``.
     """
     if settings is None:
-        from atoll.config import EvolutionConfig
-
         settings = EvolutionConfig()
     check_count("population_size", population_size, minimum=2)
     if settings.selection not in SELECTIONS:
@@ -98,8 +88,6 @@ def ga_strategy(space: Space, population_size: int,
     (:mod:`atoll.evolution.step_size`) when ``sigma_rule = "success"`` (the default) and the
     space has parameters it can move; "fixed" keeps ``sigma_factor``, as Propulate."""
     if settings is None:
-        from atoll.config import EvolutionConfig
-
         settings = EvolutionConfig()
     movable = interval_params(space)
     if settings.sigma_rule != "success" or not movable:

@@ -10,9 +10,6 @@ from dataclasses import dataclass
 from atoll.evolution.base import Selection, check_count, distinct_indices
 from atoll.individual import Individual
 
-SELECTIONS = ("best", "uniform", "tournament")
-"""The breeding pools ``evolution.selection`` may name."""
-
 
 def _loss_key(individual: Individual) -> float:
     """Lower is better; a NaN loss (not evaluated, failed) ranks last."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from atoll.config import BUILTINS
+
 
 def _vector(params: Mapping[str, Any]) -> np.ndarray:
     return np.fromiter((float(v) for v in params.values()), dtype=np.float64, count=len(params))
@@ -65,12 +67,7 @@ class Benchmark:
         return self.function(_vector(params))
 
 
+_FUNCTIONS = {"sphere": sphere, "rosenbrock": rosenbrock, "rastrigin": rastrigin,
+              "ackley": ackley, "griewank": griewank, "schwefel": schwefel, "step": step}
 BENCHMARKS: dict[str, Benchmark] = {
-    "sphere": Benchmark(sphere, -5.12, 5.12),
-    "rosenbrock": Benchmark(rosenbrock, -2.048, 2.048),
-    "rastrigin": Benchmark(rastrigin, -5.12, 5.12),
-    "ackley": Benchmark(ackley, -32.768, 32.768),
-    "griewank": Benchmark(griewank, -600.0, 600.0),
-    "schwefel": Benchmark(schwefel, -500.0, 500.0),
-    "step": Benchmark(step, -5.12, 5.12),
-}
+    name: Benchmark(_FUNCTIONS[name], low, high) for name, (low, high) in BUILTINS.items()}
