@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        pruning,peers]
+                                        strategy_costs,pruning,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -30,13 +30,15 @@ import recording
 import scale
 import startup
 import strategies
+import strategy_costs
 import throughput
 from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
-                "recording": recording, "strategies": strategies, "pruning": pruning,
+                "recording": recording, "strategies": strategies,
+                "strategy_costs": strategy_costs, "pruning": pruning,
                 "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 

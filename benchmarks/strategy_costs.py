@@ -1,0 +1,87 @@
+"""What each strategy costs the search itself: start-up and overhead per evaluation, apart.
+
+Atoll's GA, CMA-ES and hybrid islands and Optuna's CMA-ES sampler, each on 4 ranks with a
+zero-cost 10-d sphere:
+- start-up: from starting mpirun to the first evaluation (the objective's first-call stamps, as
+  in startup.py), with 5 evaluations per worker;
+- overhead per evaluation: (workers x wall - objective time) / evaluations, at SHORT and at
+  LONG evaluations per worker, so that a cost growing with the number of individuals shows.
+Best of REPEATS each. Ratios are to the GA and to Optuna's CMA-ES, from this run. Target: no
+strategy's overhead grows by more than half from SHORT to LONG evaluations per worker.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from common import Row, ensure_optuna_venv, launch
+from throughput import overhead, task
+
+from objectives import STAMP_ENV
+
+RANKS = 4
+DIMENSIONS = 10
+SHORT, LONG = 100, 400  # evaluations per worker
+REPEATS = 3
+GROWTH = 1.5
+# name: (side, what the task adds)
+CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "Atoll GA": ("atoll", {"evolution": {"strategy": "ga"}}),
+    "Atoll CMA-ES": ("atoll", {"evolution": {"strategy": "cmaes"}}),
+    "Atoll hybrid": ("atoll", {"evolution": {"strategy": "hybrid"}}),
+    "Optuna CMA-ES": ("optuna", {"sampler": "cmaes"}),
+}
+
+
+def _task(name: str, per_worker: int, seed: int) -> dict[str, Any]:
+    side, extra = CONTENDERS[name]
+    return {**task(0.0, per_worker, seed, ranks=RANKS, islands=1), "dims": DIMENSIONS, **extra}
+
+
+def startup(name: str, seed: int) -> float:
+    stamps = Path(tempfile.mkdtemp(prefix="bench-stamps-strategy-"))
+    try:
+        run = launch(CONTENDERS[name][0], RANKS, [_task(name, 5, seed)],
+                     env={STAMP_ENV: str(stamps)})
+        times = [float(p.read_text()) for p in stamps.iterdir()]
+    finally:
+        shutil.rmtree(stamps)
+    return min(times) - run.popen_time
+
+
+def per_evaluation(name: str, per_worker: int, seed: int) -> float:
+    result = launch(CONTENDERS[name][0], RANKS, [_task(name, per_worker, seed)]).results[0]
+    if result["evaluations"] != RANKS * per_worker:
+        raise RuntimeError(f"{name}: {result['evaluations']} evaluations, expected "
+                           f"{RANKS * per_worker}")
+    return overhead(result)
+
+
+def run(log: Any = print) -> tuple[list[Row], list[str]]:
+    ensure_optuna_venv()
+    costs: dict[str, tuple[float, float, float]] = {}
+    for name in CONTENDERS:
+        costs[name] = (min(startup(name, s) for s in range(1, REPEATS + 1)),
+                       min(per_evaluation(name, SHORT, s) for s in range(1, REPEATS + 1)),
+                       min(per_evaluation(name, LONG, s) for s in range(1, REPEATS + 1)))
+        log(f"  {name}: start-up {costs[name][0]:.2f} s, overhead {costs[name][1] * 1e3:.3f} / "
+            f"{costs[name][2] * 1e3:.3f} ms at {SHORT} / {LONG} per worker")
+    ga, peer = costs["Atoll GA"], costs["Optuna CMA-ES"]
+    rows, notes = [], []
+    for name, (start, short, long) in costs.items():
+        grows = long / short
+        rows.append(Row(
+            f"strategy costs, {name}, {RANKS} ranks, 0 ms {DIMENSIONS}-d sphere: start-up (mpirun "
+            f"to first evaluation); overhead per evaluation at {SHORT} / {LONG} per worker "
+            f"(best of {REPEATS}); ratio: to Atoll's GA / to Optuna's CMA-ES (start-up; "
+            f"overhead at {LONG})",
+            f"{start:.2f} s; {short * 1e3:.3f} / {long * 1e3:.3f} ms", "-",
+            f"{start / ga[0]:.2g} / {start / peer[0]:.2g}; {long / ga[2]:.2g} / "
+            f"{long / peer[2]:.2g}",
+            f"overhead at {LONG} <= {GROWTH} x at {SHORT}", grows <= GROWTH))
+        notes.append(f"strategy costs, {name}: start-up {start:.3f} s, overhead "
+                     f"{short * 1e3:.4f} ms ({SHORT}/worker), {long * 1e3:.4f} ms ({LONG}/worker)")
+    return rows, notes
