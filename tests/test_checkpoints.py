@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import random
+import shutil
 import struct
 
 import h5py
@@ -15,9 +16,9 @@ import torch
 from torch import nn
 
 from atoll.config import load_config
-from atoll.errors import ConfigError
-from atoll.record import RunPaths
-from atoll.record.checkpoints import CheckpointStore, checkpoint_bytes
+from atoll.errors import ConfigError, RecordError
+from atoll.record import RunPaths, check_room
+from atoll.record.checkpoints import MB, CheckpointStore, checkpoint_bytes
 from atoll.record.state import read_state, write_state
 
 NAN_WITH_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_00AB_CDEF))[0]
@@ -209,3 +210,16 @@ def test_the_limit_setting_is_validated(tmp_path):
     config.write_text('[objective]\nname = "sphere"\n[record]\ncheckpoint_limit_mb = -1\n')
     with pytest.raises(ConfigError, match="record.checkpoint_limit_mb: expected a number >= 0"):
         load_config(config)
+
+
+def test_the_free_space_check_counts_checkpoints(tmp_path):
+    paths = RunPaths(tmp_path)
+    paths.workers_dir.mkdir()
+    check_room(paths, workers=2)
+    paths.checkpoints_dir.mkdir()
+    free = shutil.disk_usage(tmp_path).free
+    with open(paths.checkpoint_file(1), "wb") as f:  # sparse: as large as the disk is free
+        f.truncate(free // 2 + MB)
+    with pytest.raises(RecordError, match=r"checkpoints: \d+ MB free, but each of the 2 workers"):
+        check_room(paths, workers=2)
+    check_room(paths, workers=1)
