@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        pruning,peers]
+                                        pruning,peers,checkpoints]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import checkpoints
 import common
 import ddp_setup
 import ddp_throughput
@@ -37,7 +38,7 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies, "pruning": pruning,
-                "peers": peers}
+                "peers": peers, "checkpoints": checkpoints}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 

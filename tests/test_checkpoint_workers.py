@@ -40,6 +40,14 @@ def test_a_continued_ddp_evaluation_ends_as_one_never_stopped(worker):
     assert worker["ranks"][0]["rest"] == worker["ranks"][1]["rest"]
 
 
+def test_the_user_example_continues_as_it_shows(worker):
+    for rank in worker["ranks"]:
+        whole, first, rest = (rank["example"][k] for k in ("whole", "first", "rest"))
+        assert [e["epoch"] for e in rest["curve"]] == [2]
+        assert first["curve"] + rest["curve"] == whole["curve"]
+        assert rest["loss"] == whole["loss"] and rest["kept"] == whole["kept"]
+
+
 def test_the_leader_writes_and_every_rank_loads_its_state(worker):
     for rank in worker["ranks"]:
         assert rank["misuse"]["proper_save"]["value"] is True

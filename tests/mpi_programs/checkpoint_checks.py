@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from examples.ddp_user_objective import train_mlp
 from mpi4py import MPI
 
 from atoll.errors import ObjectiveError
@@ -73,11 +74,19 @@ def train(run_dir: Path, epochs: int) -> dict[str, Any]:
 
 
 def continuation(base: Path) -> dict[str, Any]:
-    """One evaluation of 3 epochs, and the same one stopped after 2 and continued."""
+    """One evaluation of 3 epochs, and the same one stopped after 2 and continued; the same
+    for the user example (examples/ddp_user_objective.py)."""
     whole = train(base / "whole", 3)
     first = train(base / "parts", 2)
     rest = train(base / "parts", 3)
-    return {"whole": whole, "first": first, "rest": rest}
+    example = {}
+    for name, run_dir, epochs in (("whole", "ex-whole", 3), ("first", "ex-parts", 2),
+                                  ("rest", "ex-parts", 3)):
+        curve: list[dict[str, Any]] = []
+        ctx = make_ctx(base / run_dir, "run", 8, epochs, curve)
+        loss = float(train_mlp({"hidden": 16, "lr": 0.05}, ctx))
+        example[name] = {"loss": loss, "kept": checksum(ctx.kept), "curve": curve}
+    return {"whole": whole, "first": first, "rest": rest, "example": example}
 
 
 def attempt(action: Any) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class CheckpointStore:
         """Delete the individual's checkpoint: its evaluation completed (ok, failed, pruned)."""
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
 
-    def _build(self, individual_id: int, epoch: int, state: Any) -> bytes:
+    def _build(self, individual_id: int, epoch: int, state: Any) -> memoryview:
         buffer = io.BytesIO()
         with h5py.File(buffer, "w", userblock_size=USER_BLOCK) as f:
             f.attrs["kind"] = KIND
@@ -108,7 +108,7 @@ class CheckpointStore:
         digest = hashlib.sha256(data[USER_BLOCK:]).hexdigest().encode()
         header = MAGIC + digest + b"\n"
         data[:len(header)] = header
-        return bytes(data)
+        return data
 
     def _fits(self, path: Path, size: int) -> bool:
         if self.limit_mb <= 0:
