@@ -12,8 +12,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from atoll.collective import gather_within, one_line
-from atoll.errors import ObjectiveError
+from atoll.collective import gather_within
+from atoll.errors import ObjectiveError, described
 from atoll.record import full
 from atoll.record.checkpoints import Checkpoint
 
@@ -53,13 +53,21 @@ class CheckpointCalls:
 
     def load(self, map_location: Any = None) -> Checkpoint | None:
         """The last checkpoint of this individual (on every rank), or None."""
-        store = self.services.checkpoints
+        store, comm = self.services.checkpoints, self.services.comm
         if store is None:
             return None
         call = "ctx.load_checkpoint()"
         self._meet(call, None)
-        found = store.load(self.individual_id, map_location)
-        epochs = self._share(call, None if found is None else found.epoch)
+        found, problem = None, ""
+        try:  # whatever happens, every rank hears of it below: none waits for ever
+            found = store.load(self.individual_id, map_location, quiet=comm.Get_rank() > 0)
+        except Exception as exc:  # noqa: BLE001 - shared with every rank, raised below
+            problem = described(exc)
+        outcomes = self._share(call, (None if found is None else found.epoch, problem))
+        problems = [f"rank {rank}: {text}" for rank, (_, text) in enumerate(outcomes) if text]
+        if problems:
+            raise ObjectiveError(f"{call}: {'; '.join(problems)}")
+        epochs = [epoch for epoch, _ in outcomes]
         if len(set(epochs)) == 1:
             return found
         log.warning("individual %d: the worker's ranks read different checkpoints (epochs by "
@@ -86,6 +94,6 @@ class CheckpointCalls:
             log.warning("individual %d: checkpoint at epoch %d not saved (%s); the previous one "
                         "is kept", self.individual_id, epoch, exc)
             return "disk full", str(exc)
-        except (TypeError, OSError) as exc:
-            return "error", f"ctx.save_checkpoint(epoch={epoch}): {one_line(exc)}"
+        except Exception as exc:  # noqa: BLE001 - shared with every rank, raised there
+            return "error", f"ctx.save_checkpoint(epoch={epoch}): {described(exc)}"
         return ("saved" if saved else "refused"), ""

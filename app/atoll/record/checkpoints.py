@@ -76,18 +76,20 @@ class CheckpointStore:
                 out.write(data)
         return True
 
-    def load(self, individual_id: int, map_location: Any = None) -> Checkpoint | None:
+    def load(self, individual_id: int, map_location: Any = None, quiet: bool = False
+             ) -> Checkpoint | None:
         """The individual's checkpoint, or None if there is none or it cannot be trusted (a
-        warning then names the file and why)."""
+        warning then names the file and why; ``quiet``: an info line, as on the ranks of a
+        worker other than its leader, which warns)."""
         path = self.paths.checkpoint_file(individual_id)
         if not path.is_file():
             return None
         try:
             return self._read(path, individual_id, map_location)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("%s: not loaded (%s); individual %d starts from scratch", path,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                        individual_id)
+            log.log(logging.INFO if quiet else logging.WARNING,
+                    "%s: not loaded (%s); individual %d starts from scratch", path,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__, individual_id)
             return None
 
     def discard(self, individual_id: int) -> None:
