@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,14 +23,25 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What each rank of one ``mpirun -n 2`` of tests/mpi_programs/checkpoint_checks.py saw."""
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """What each rank of one ``mpirun -n 2`` of tests/mpi_programs/checkpoint_checks.py saw;
+    with a 1 MiB tmpfs for the full-disk case where this user may mount one."""
     base = tmp_path_factory.mktemp("checkpoints")
+    disk = base / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and shutil.which("mount") is not None and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=False,
+        capture_output=True).returncode == 0
     out = base / "facts.json"
-    done = run(mpirun_cmd(2, str(ROOT / "tests" / "mpi_programs" / "checkpoint_checks.py"),
-                          str(out), str(base)), timeout=240)
+    try:
+        done = run(mpirun_cmd(2, str(ROOT / "tests" / "mpi_programs" / "checkpoint_checks.py"),
+                              str(out), str(base), str(disk) if mounted else ""), timeout=240)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
     assert done.returncode == 0, done.stderr[-4000:]
-    return {"ranks": json.loads(out.read_text()), "stderr": done.stderr, "base": base}
+    yield {"ranks": json.loads(out.read_text()), "stderr": done.stderr, "base": base,
+           "disk": disk if mounted else None}
 
 
 def test_a_continued_ddp_evaluation_ends_as_one_never_stopped(worker):
@@ -79,6 +92,18 @@ def test_damaged_and_foreign_checkpoints_restart_from_scratch_with_a_warning(wor
     foreign = RunPaths(base / "foreign").checkpoint_file(7)
     assert f"{damaged}: not loaded (damaged: its checksum does not match" in worker["stderr"]
     assert f"{foreign}: not loaded (foreign: written for run another-run" in worker["stderr"]
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_on_every_rank(worker):
+    if worker["disk"] is None:
+        pytest.skip("needs root and mount(8) to make a small real file system (tmpfs)")
+    path = RunPaths(worker["disk"]).checkpoint_file(9)
+    for rank in worker["ranks"]:
+        assert rank["disk_full"]["small"] is True and rank["disk_full"]["big"] is False
+        assert rank["disk_full"]["kept"] == [0, 0.0]
+    # the leader reported it (a job then stops with exit 74); the other rank wrote nothing
+    assert worker["ranks"][0]["disk_full"]["reported"] == f"{path}: no space left on device"
+    assert worker["ranks"][1]["disk_full"]["reported"] == ""
 
 
 WRITER = """

@@ -1,6 +1,6 @@
 """Checkpoints of a 2-rank DDP worker, for tests/test_checkpoint_workers.py (mpirun -n 2).
 
-    mpirun -n 2 python tests/mpi_programs/checkpoint_checks.py OUT.json BASE_DIR
+    mpirun -n 2 python tests/mpi_programs/checkpoint_checks.py OUT.json BASE_DIR SMALL_DISK
 
 Both ranks form one worker with real ``WorkerServices`` (gloo process group, a checkpoint store
 per run directory under BASE_DIR) and real Contexts. Every rank collects what it saw; rank 0
@@ -24,7 +24,7 @@ from atoll.errors import ObjectiveError
 from atoll.evaluation.context import Context, WorkerServices
 from atoll.evaluation.process_group import ProcessGroupOwner
 from atoll.objectives import classifier
-from atoll.record import RunPaths
+from atoll.record import RunPaths, full
 from atoll.record.checkpoints import CheckpointStore
 
 PARAMS = {"conv_layers": 2, "activation": "tanh", "lr": 0.5, "gamma": 0.9}
@@ -136,10 +136,21 @@ def refused(base: Path) -> dict[str, Any]:
             "foreign": make_ctx(base / "foreign", "run", 7, 3).load_checkpoint() is None}
 
 
+def disk_full(disk: str) -> dict[str, Any] | None:
+    """A save that meets a full disk (``disk``: a small file system, or "" for none)."""
+    if not disk:
+        return None
+    small = make_ctx(Path(disk), "run", 9, 1).save_checkpoint({"w": torch.zeros(20_000)}, 0)
+    big = make_ctx(Path(disk), "run", 9, 1).save_checkpoint({"w": torch.ones(400_000)}, 1)
+    loaded = make_ctx(Path(disk), "run", 9, 1).load_checkpoint()
+    return {"small": small, "big": big, "reported": full.seen(),
+            "kept": None if loaded is None else [loaded.epoch, float(loaded.state["w"].sum())]}
+
+
 def main() -> None:
-    out, base = sys.argv[1], Path(sys.argv[2])
+    out, base, disk = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     facts = {"rank": COMM.Get_rank(), **continuation(base), "misuse": misuse(base),
-             "refused": refused(base)}
+             "refused": refused(base), "disk_full": disk_full(disk)}
     GROUP.close()
     gathered = COMM.gather(facts, root=0)
     if COMM.Get_rank() == 0:
