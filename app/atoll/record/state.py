@@ -17,6 +17,7 @@ RNG state is 625 of them). Importing this module does not import torch.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -113,8 +114,6 @@ def _is_tensor(value: Any) -> bool:
 
 def _torch_if_loaded() -> Any:
     """torch, if the objective imported it (a state without tensors needs no torch)."""
-    import sys
-
     return sys.modules.get("torch")
 
 
