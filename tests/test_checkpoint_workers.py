@@ -69,6 +69,36 @@ def test_the_leader_writes_and_every_rank_loads_its_state(worker):
         assert rank["misuse"]["proper_load"] == {"epoch": 5, "rank": 0, "w": [0.0] * 4}
 
 
+def test_a_state_the_leader_cannot_store_is_the_same_error_on_every_rank(worker):
+    for rank in worker["ranks"]:
+        assert rank["misuse"]["unstorable"]["error"] == (
+            "ctx.save_checkpoint(epoch=0): TypeError: state['opt']: cannot store a set in a "
+            "checkpoint (store tensors, arrays, numbers, strings, bytes, None, lists, tuples, "
+            "dicts)")
+
+
+ONE_RANK = """
+import sys, torch
+from mpi4py import MPI
+from atoll.evaluation.context import WorkerServices
+from atoll.evaluation.process_group import ProcessGroupOwner
+from atoll.record import RunPaths
+from atoll.record.checkpoints import CheckpointStore
+services = WorkerServices(comm=MPI.COMM_SELF, group=ProcessGroupOwner(MPI.COMM_SELF),
+                          checkpoints=CheckpointStore(RunPaths(sys.argv[1]), "run"))
+print(services.context(4).load_checkpoint())
+print(services.context(4).save_checkpoint({"w": torch.ones(2, dtype=torch.bfloat16)}, 3))
+saved = services.context(4).load_checkpoint(map_location="cpu")
+print(saved.epoch, saved.state["w"].dtype, saved.state["w"].tolist())
+"""
+
+
+def test_a_one_rank_worker_saves_and_loads_without_partners(tmp_path):
+    done = run([sys.executable, "-c", ONE_RANK, str(tmp_path)], timeout=120, env=mpi_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["None", "True", "3 torch.bfloat16 [1.0, 1.0]"]
+
+
 def test_a_call_on_some_ranks_only_is_one_error_naming_the_others_not_a_hang(worker):
     leader, follower = (r["misuse"] for r in worker["ranks"])
     saved = leader["leader_only_save"]

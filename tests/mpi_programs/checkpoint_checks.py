@@ -113,6 +113,8 @@ def misuse(base: Path) -> dict[str, Any]:
     COMM.Barrier()
     ctx = make_ctx(run_dir, "run", 52, 1, group=SHORT)
     facts["different_epochs"] = attempt(lambda: ctx.save_checkpoint({"w": 1}, 1 + rank))
+    facts["unstorable"] = attempt(lambda: make_ctx(run_dir, "run", 54, 1)
+                                  .save_checkpoint({"opt": {1, 2}}, 0))
     state = {"w": torch.full((4,), float(rank)), "rank": rank}
     facts["proper_save"] = attempt(lambda: make_ctx(run_dir, "run", 53, 1)
                                    .save_checkpoint(state, 5))
