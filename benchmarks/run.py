@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        strategy_costs,pruning,peers]
+                                        strategy_costs,pruning,checkpoints,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import checkpoints
 import common
 import ddp_setup
 import ddp_throughput
@@ -39,7 +40,7 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "pruning": pruning,
-                "peers": peers}
+                "checkpoints": checkpoints, "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 

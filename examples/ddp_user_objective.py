@@ -39,8 +39,13 @@ def train_mlp(params: Mapping[str, Any], ctx: atoll.Context) -> float:
 
     # Disjoint, equally long shards (DDP needs the same number of steps on every rank).
     per_rank = len(tr) // ctx.size
-    best, best_state = float("inf"), {}
-    for epoch in range(int(ctx.options.get("epochs", 5))):
+    best, best_state, start = float("inf"), {}, 0
+    saved = ctx.load_checkpoint()  # on every rank; None unless the evaluation was interrupted
+    if saved is not None:  # continue where it stopped
+        model.load_state_dict(saved.state["model"])
+        opt.load_state_dict(saved.state["opt"])
+        best, best_state, start = saved.state["best"], saved.state["best_state"], saved.epoch + 1
+    for epoch in range(start, int(ctx.options.get("epochs", 5))):
         perm = np.random.default_rng([seed, epoch]).permutation(tr)  # same on every rank
         mine = perm[ctx.rank * per_rank:(ctx.rank + 1) * per_rank]
         ddp.train()
@@ -61,7 +66,10 @@ def train_mlp(params: Mapping[str, Any], ctx: atoll.Context) -> float:
         if val_loss < best:  # the same decision on every rank
             best = val_loss
             best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        if ctx.report(epoch, val_loss=val_loss, val_accuracy=accuracy):
+        stop = ctx.report(epoch, val_loss=val_loss, val_accuracy=accuracy)
+        ctx.save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(), "best": best,
+                             "best_state": best_state}, epoch)  # on every rank; the leader writes
+        if stop:
             break
     ctx.keep_weights(best_state, best)  # stored (HDF5) if among the run's best
     return best

@@ -174,3 +174,28 @@ def test_a_weight_file_that_does_not_fit_is_one_report_and_no_file(small_disk):
     line = f"{path}: no space left on device"
     assert done.stdout.strip() == f"{line} | {line}"
     assert list(path.parent.iterdir()) == []
+
+
+CHECKPOINTS = """
+import sys, torch
+from atoll.record import RunPaths, full
+from atoll.record.checkpoints import CheckpointStore
+store = CheckpointStore(RunPaths(sys.argv[1]), "run")
+store.save(1, 0, {"w": torch.zeros(20_000)})
+try:
+    store.save(1, 1, {"w": torch.ones(400_000)})
+except full.DiskFull as exc:
+    print(exc, "|", full.seen())
+print(store.load(1).epoch, bool((store.load(1).state["w"] == 0).all()))
+"""
+
+
+def test_a_checkpoint_that_does_not_fit_keeps_the_previous_one(small_disk):
+    """A save that meets a full disk is one report (the job stops with 74) and leaves the
+    individual's previous checkpoint whole, with no temporary file."""
+    done = run([sys.executable, "-c", CHECKPOINTS, str(small_disk)], timeout=60, env=mpi_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = small_disk / "checkpoints" / "ind000000000001.h5"
+    line = f"{path}: no space left on device"
+    assert done.stdout.splitlines() == [f"{line} | {line}", "0 True"]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]

@@ -6,7 +6,17 @@ import sys
 
 import pytest
 
-from atoll.job.doctor_checks import FAIL, OK, WARN, Row, gpu_rows, lock_rows, ranks_text, render
+from atoll.job.doctor_checks import (
+    FAIL,
+    OK,
+    WARN,
+    Row,
+    gpu_rows,
+    lock_rows,
+    ranks_text,
+    render,
+    space_rows,
+)
 from conftest import MPIRUN, ROOT, atoll_cmd, mpi_env, mpirun_cmd, run
 
 SPHERE = str(ROOT / "examples" / "sphere.toml")
@@ -172,3 +182,16 @@ def test_more_islands_than_workers_is_a_warning_and_ready():
     assert done.returncode == 0, done.stdout + done.stderr
     assert rows_of(done.stdout)["islands"] == [WARN]
     assert "search.islands=2 is more than the 1 worker(s): the search runs 1" in flat(done.stdout)
+
+
+def test_the_space_check_counts_a_checkpoint_per_worker():
+    from atoll.config import parse_config
+    from atoll.engine.topology import plan_layout
+
+    config = parse_config({"objective": {"name": "sphere"}})
+    layout = plan_layout(4, 1, 2)
+    free = 10 * 2**30
+    (plain,) = space_rows(config, layout, ROOT, free)
+    (kept,) = space_rows(config, layout, ROOT, free, checkpoint=3 * 2**30)
+    assert plain.status == OK and "checkpoint" not in plain.detail
+    assert kept.status == FAIL and "4 checkpoint(s) of 3.0 GiB" in kept.detail

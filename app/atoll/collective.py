@@ -10,7 +10,8 @@ is a :class:`PeerError` everywhere else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from atoll.errors import AtollError, described
@@ -84,3 +85,79 @@ def _raise_first(outcomes: list[Outcome], caught: Exception | None,
     if caught is not None:
         raise caught
     raise PeerError(f"another rank failed: {message}")
+
+
+_ARRIVE_TAG = 7301
+_VERDICT_TAG = 7302
+_pending_sends: list[Any] = []
+
+
+def gather_within(comm: MPI.Comm, key: Any, item: Any, seconds: float, call: str,
+                  error: type[AtollError] = AtollError) -> list[Any]:
+    """Every rank's ``item`` in rank order, on every rank of ``comm``: a collective call that
+    fails instead of hanging when some ranks do not make it.
+
+    A rank that has not arrived ``seconds`` after the leader did (``math.inf``: no limit) is
+    named in one ``error`` raised on the ranks that arrived; a follower whose leader does not
+    answer within twice ``seconds`` raises too. ``key`` (plain data, e.g. the individual and a
+    count of calls) tells this call from one that some ranks made alone before: such left-over
+    messages are dropped. Waits with a gentle back-off (an evaluation time limit interrupts it);
+    small plain data only (pickled by mpi4py, never persisted).
+    """
+    if comm.Get_size() == 1:
+        return [item]
+    leader = comm.Get_rank() == 0
+    deadline = time.monotonic() + (2 * seconds if not leader else seconds)
+    if not leader:
+        _send(comm, (key, item), 0, _ARRIVE_TAG)
+        answer = _receive(comm, [0], _VERDICT_TAG, key, deadline)
+        if not answer:
+            raise error(f"{call}: rank 0 (the worker's leader) did not call it within "
+                        f"{2 * seconds:g} s (twice distributed.timeout); call it on every rank "
+                        "of the worker")
+        items, missing = answer[0]
+    else:
+        arrived = _receive(comm, range(1, comm.Get_size()), _ARRIVE_TAG, key, deadline)
+        missing = [r for r in range(1, comm.Get_size()) if r not in arrived]
+        items = None if missing else [item, *(arrived[r] for r in range(1, comm.Get_size()))]
+        for rank in arrived:
+            _send(comm, (key, (items, missing)), rank, _VERDICT_TAG)
+    if missing:
+        raise error(f"{call}: rank{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(str, missing))} of the worker did not call it within "
+                    f"{seconds:g} s (distributed.timeout); call it on every rank of the worker")
+    return list(items)
+
+
+def _send(comm: MPI.Comm, message: Any, dest: int, tag: int) -> None:
+    """Send without waiting for the receiver (which may never come); finished sends are
+    forgotten at the next send."""
+    from mpi4py import MPI
+
+    _pending_sends.append(comm.isend(message, dest=dest, tag=tag))
+    _pending_sends[:] = [r for r in _pending_sends if not MPI.Request.Test(r)]
+
+
+def _receive(comm: MPI.Comm, sources: Iterable[int], tag: int, key: Any, deadline: float
+             ) -> dict[int, Any]:
+    """The items of the ``key`` messages that ``sources`` sent by ``deadline``, by source;
+    messages of other keys (calls some ranks made alone) are dropped."""
+    from atoll.engine.backoff import Backoff
+
+    waiting, got = set(sources), {}
+    backoff = Backoff()
+    while waiting:
+        for source in sorted(waiting):
+            message = comm.improbe(source=source, tag=tag)
+            if message is None:
+                continue
+            found, item = message.recv()
+            if found == key:
+                got[source] = item
+                waiting.discard(source)
+            backoff.reset()
+        if waiting:
+            if time.monotonic() >= deadline:
+                break
+            backoff.wait()
+    return got

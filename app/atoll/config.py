@@ -180,6 +180,7 @@ class RecordConfig:
 
     flush_interval: float = 5.0
     top_models: int = 5  # weights kept of the best individuals whose objective offers them
+    checkpoint_limit_mb: float = 0.0  # total size of RUN_DIR/checkpoints; 0: no limit
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,8 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "mode": _one_of(*MIGRATION_MODES), "probability": _probability,
         "migrants": _integer(1, MAX_COUNT)}),
     "record": (RecordConfig, {"flush_interval": _seconds(strict=True),
-                              "top_models": _integer(0, MAX_COUNT)}),
+                              "top_models": _integer(0, MAX_COUNT),
+                              "checkpoint_limit_mb": _number(0.0, strict=False)}),
     "pruning": (PruningConfig, {
         "rule": _one_of(*PRUNING_RULES), "metric": _string,
         "direction": _one_of(*DIRECTIONS), "warmup_epochs": _integer(0, MAX_COUNT),

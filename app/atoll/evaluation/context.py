@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.evaluation.checkpointing import CheckpointCalls
+
 if TYPE_CHECKING:
     import torch
     from mpi4py import MPI
 
     from atoll.evaluation.process_group import ProcessGroupOwner
+    from atoll.record.checkpoints import Checkpoint, CheckpointStore
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
 """Receives (individual id, epoch, unix time, metrics) on the worker leader."""
@@ -45,6 +48,8 @@ class WorkerServices:
     should_stop: Callable[[], bool] | None = None
     judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
     """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
+    checkpoints: CheckpointStore | None = None
+    """The run's checkpoints (on every rank: the leader writes, every rank reads)."""
 
     def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
@@ -157,3 +162,31 @@ class Context:
         if self._services.offer_weights is not None and self.is_leader:
             self._services.offer_weights(self.individual_id, float(loss), state_dict,
                                          self._params)
+
+    def save_checkpoint(self, state: Any, epoch: int) -> bool:
+        """Keep ``state`` as this evaluation's checkpoint after ``epoch``; whether it was saved.
+
+        Collective: call it on every rank of the worker with the same epoch (within
+        ``distributed.timeout`` of each other, else it raises on the ranks that called it,
+        naming the others). The leader writes its own ``state`` (every DDP replica holds the
+        same), the other ranks' is not read. ``state``: nested dicts, lists and tuples of
+        tensors (any dtype and device), numpy arrays, numbers, strings, bytes and None (e.g.
+        model, optimizer, scheduler, scaler and RNG states), stored bit for bit without pickle.
+        False when not saved: no checkpoint store in this job, ``record.checkpoint_limit_mb``
+        reached, or a full disk (the job then stops; the previous checkpoint is kept).
+        """
+        return self._checkpoints.save(state, epoch)
+
+    def load_checkpoint(self, map_location: Any = None) -> Checkpoint | None:
+        """This individual's last checkpoint (``.state``, ``.epoch``), or None: train from
+        scratch. Tensors come back on the CPU, or on ``map_location`` (e.g. ``ctx.device``).
+
+        Collective: call it on every rank of the worker (as :meth:`save_checkpoint`); every
+        rank reads the file. A damaged or foreign file is not loaded: None, with a warning
+        naming the file.
+        """
+        return self._checkpoints.load(map_location)
+
+    @functools.cached_property
+    def _checkpoints(self) -> CheckpointCalls:
+        return CheckpointCalls(self._services, self.individual_id)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from atoll.config import Config
+    from atoll.record.checkpoints import CheckpointStore
 
 INTERRUPTED = "stopped early: the job was asked to stop"
 
@@ -41,8 +42,8 @@ class WorkerEvaluator:
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
                 should_stop: Callable[[], bool] | None = None,
-                judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
-                ) -> WorkerEvaluator:
+                judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None,
+                checkpoints: CheckpointStore | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
             comm=comm, seed=config.seed, local_rank=local_rank,
@@ -50,7 +51,8 @@ class WorkerEvaluator:
                                     config.distributed.timeout, local_rank),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
-            offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch)
+            offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
+            checkpoints=checkpoints)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")
 

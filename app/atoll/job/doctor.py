@@ -39,6 +39,8 @@ from atoll.job.doctor_checks import (
     render,
     space_rows,
 )
+from atoll.record import RunPaths
+from atoll.record.checkpoints import checkpoint_bytes
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -263,5 +265,6 @@ def _filesystem(comm: MPI.Comm, config: Config, layout: Layout | None, run_dir: 
                       "create_error": create_error, "refused": "lock" in probe_error.lower(),
                       "probe_error": probe_error})
     if layout is not None:
-        rows += space_rows(config, layout, where, shutil.disk_usage(where).free)
+        largest = checkpoint_bytes(RunPaths(run_dir))[1]
+        rows += space_rows(config, layout, where, shutil.disk_usage(where).free, largest)
     return rows

@@ -213,19 +213,24 @@ def lock_rows(outcome: dict[str, Any]) -> list[Row]:
                                       f"{LOCK_VARIABLE}=FALSE and chain jobs")]
 
 
-def space_rows(config: Config, layout: Layout, where: Path, free: int) -> list[Row]:
-    """Free space against an estimate of the run's record (not of model weights or epochs)."""
+def space_rows(config: Config, layout: Layout, where: Path, free: int, checkpoint: int = 0
+               ) -> list[Row]:
+    """Free space against an estimate of the run's record (not of model weights or epochs),
+    and room for each worker to write a checkpoint as large as ``checkpoint`` (the largest the
+    run keeps) beside the one it replaces."""
     from atoll.record.schema import individual_dtype
 
     budget = run_budget(config, layout.workers)
     row = individual_dtype(config.space).itemsize
     worker_files = layout.workers * (WORKER_FILE_BASE + 512 * row) + budget * row * ROW_OVERHEAD
     results = 32 * 1024 + budget * row
-    need = int(16 * 1024 + worker_files + 2 * results)  # results.h5 is written beside itself
+    checkpoints = layout.workers * checkpoint
+    need = int(16 * 1024 + worker_files + 2 * results + checkpoints)
+    kept = f", {layout.workers} checkpoint(s) of {_size(checkpoint)}" if checkpoint else ""
     detail = (f"{_size(free)} free in {where}; the record needs about {_size(need)} (an "
               f"estimate: {budget} individuals of {row} B in worker files and results.h5, "
-              f"which is rewritten beside itself; not counted: epoch rows and model weights, "
-              f"record.top_models={config.record.top_models} x your network)")
+              f"which is rewritten beside itself{kept}; not counted: epoch rows and model "
+              f"weights, record.top_models={config.record.top_models} x your network)")
     status = FAIL if free < need else WARN if free < 2 * need else OK
     return [Row("disk space", status, detail if status != FAIL else
                 detail + ": free some space or choose another run directory")]

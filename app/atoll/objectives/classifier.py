@@ -2,7 +2,8 @@
 
 The network of the tutorial: ``conv_layers`` convolutions of 10 channels (kernel 3, padding 1),
 each followed by the activation, then a linear head and log-softmax; Adadelta with StepLR, NLL
-loss, early stopping. Every rank of the worker trains one DDP replica on an exclusive shard of
+loss, early stopping. It saves a checkpoint every epoch and continues from one (epochs numbered
+on from where it stopped). Every rank of the worker trains one DDP replica on an exclusive shard of
 the training set; validation is sharded without duplicates and its loss and accuracy are summed
 over the whole validation set, so every rank reports the same numbers, equal to what one process
 would compute alone.
@@ -142,9 +143,18 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
                                                 gamma=_param(params, "gamma", float))
     loader, sampler = datasets.train_loader(training, opts["batch_size"], ctx.rank, ctx.size,
                                             seed, opts["num_workers"])
-    best_loss, best_state, stale = math.inf, _plain_state(model), 0
+    progress: dict[str, Any] = {"epoch": -1, "best_loss": math.inf,
+                                "best_state": _plain_state(model), "stale": 0}
+    saved = ctx.load_checkpoint()  # collective: the same answer on every rank
+    if saved is not None:  # continue an interrupted evaluation where it stopped
+        model.load_state_dict(saved.state["model"])
+        optimizer.load_state_dict(saved.state["optimizer"])
+        scheduler.load_state_dict(saved.state["scheduler"])
+        progress = saved.state["progress"]
     setup_seconds = time.perf_counter() - entered  # parameters in hand -> first training step
-    for epoch in range(opts["epochs"]):
+    for epoch in range(progress["epoch"] + 1, opts["epochs"]):
+        if progress["stale"] >= opts["patience"]:
+            break
         started = time.perf_counter()
         sampler.set_epoch(epoch)
         lr = float(scheduler.get_last_lr()[0])
@@ -153,16 +163,20 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
         train_seconds = time.perf_counter() - started
         val_loss, val_acc = evaluate_whole_set(model, validation, ctx, opts["eval_batch_size"])
         train_sum, seen = sum_over_worker([train_sum, seen], ctx)
-        if val_loss < best_loss:
-            best_loss, best_state, stale = val_loss, _plain_state(model), 0
+        if val_loss < progress["best_loss"]:
+            progress.update(best_loss=val_loss, best_state=_plain_state(model), stale=0)
         else:
-            stale += 1
+            progress["stale"] += 1
+        progress["epoch"] = epoch
         stop = ctx.report(epoch, train_loss=train_sum / seen, val_loss=val_loss,
                           val_accuracy=val_acc, lr=lr,
                           epoch_seconds=time.perf_counter() - started,
                           samples_per_second=seen / train_seconds, setup_seconds=setup_seconds)
-        if stop or stale >= opts["patience"]:
+        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "scheduler": scheduler.state_dict(), "progress": progress}, epoch)
+        if stop:
             break
+    best_loss, best_state = progress["best_loss"], progress["best_state"]
     if math.isfinite(best_loss):
         ctx.keep_weights(best_state, best_loss)
     return best_loss

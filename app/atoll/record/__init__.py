@@ -5,6 +5,7 @@ Layout of a run directory (built only by :class:`RunPaths`)::
     RUN_DIR/run.h5                          config, search space, jobs (world rank 0 writes it)
     RUN_DIR/workers/job000-worker00000.h5   individuals, epochs, migrations of one worker leader
     RUN_DIR/results.h5                      the whole run in single tables, written at the end
+    RUN_DIR/checkpoints/ind000000000042.h5  an individual's last training state (checkpoints.py)
 
 Only h5py, numpy and the standard library are used here: never torch, never mpi4py.
 """

@@ -50,7 +50,7 @@ def save_state_dict(path: Path | str, state_dict: Mapping[str, torch.Tensor],
             raise TypeError(f"state_dict[{key!r}]: expected a tensor, got {type(tensor).__name__}")
         if not key or key.startswith("/") or "//" in key or key.endswith("/"):
             raise ValueError(f"state_dict key {key!r} cannot name an HDF5 dataset")
-        arrays[key] = (_to_numpy(tensor), str(tensor.dtype).removeprefix("torch."))
+        arrays[key] = (tensor_to_numpy(tensor), str(tensor.dtype).removeprefix("torch."))
     with full.built_in_memory(path, fsync=True, track_order=True) as f:
         f.attrs["format"] = FORMAT
         f.attrs["format_version"] = FORMAT_VERSION
@@ -89,29 +89,38 @@ def load_params(path: Path | str) -> dict[str, Any]:
 
 def _collect(group: h5py.Group, prefix: str, into: dict[str, torch.Tensor]) -> None:
     """Datasets below ``group`` in the order they were written, keyed by their path."""
-    import torch
-
     for name, node in group.items():
         if isinstance(node, h5py.Group):
             _collect(node, f"{prefix}{name}/", into)
             continue
-        tensor = torch.from_numpy(np.array(node[()]))
-        dtype = getattr(torch, str(node.attrs.get("torch_dtype", "")), None)
-        if isinstance(dtype, torch.dtype) and dtype != tensor.dtype:
-            tensor = tensor.view(dtype)
-        into[prefix + name] = tensor
+        into[prefix + name] = tensor_from_numpy(np.array(node[()]),
+                                                str(node.attrs.get("torch_dtype", "")))
 
 
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU array of the tensor's values (its raw bits where numpy lacks the dtype), to be
+    written at once: it may share memory with the tensor."""
     import torch
 
     plain = tensor.detach().to("cpu").contiguous()
     try:
-        return plain.numpy().copy(order="C")
+        return plain.numpy()
     except TypeError:  # bfloat16, float8...: numpy has no such type, keep the bits
         width = plain.element_size()
         signed = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[width]
-        return plain.view(signed).numpy().view(_RAW_BITS[width]).copy(order="C")
+        return plain.view(signed).numpy().view(_RAW_BITS[width])
+
+
+def tensor_from_numpy(array: np.ndarray, torch_dtype: str) -> torch.Tensor:
+    """The tensor :func:`tensor_to_numpy` gave ``array`` for (``torch_dtype``: e.g.
+    ``"bfloat16"``), sharing its memory."""
+    import torch
+
+    tensor = torch.from_numpy(array)
+    dtype = getattr(torch, torch_dtype, None)
+    if isinstance(dtype, torch.dtype) and dtype != tensor.dtype:
+        tensor = tensor.view(dtype)
+    return tensor
 
 
 def _check_format(f: h5py.File, path: Path | str) -> None:

@@ -22,6 +22,7 @@ class RunPaths:
         RUN_DIR/workers/job000-worker00000.h5     one per worker leader and job (the checkpoint)
         RUN_DIR/results.h5                        everything in single tables, written at the end
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
+        RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
     """
 
@@ -64,6 +65,20 @@ class RunPaths:
         if not self.models_dir.is_dir():
             return {}
         return {int(p.stem[3:]): p for p in self.models_dir.glob("ind*.h5")
+                if p.stem[3:].isdigit()}
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def checkpoint_file(self, individual_id: int) -> Path:
+        return self.checkpoints_dir / f"ind{individual_id:012d}.h5"
+
+    def checkpoint_files(self) -> dict[int, Path]:
+        """Stored checkpoints by individual id."""
+        if not self.checkpoints_dir.is_dir():
+            return {}
+        return {int(p.stem[3:]): p for p in self.checkpoints_dir.glob("ind*.h5")
                 if p.stem[3:].isdigit()}
 
     def worker_files(self, before_job: int | None = None) -> list[Path]:

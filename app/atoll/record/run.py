@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ from atoll.record._h5 import (
     write_header,
     written_whole,
 )
+from atoll.record.checkpoints import MB, checkpoint_bytes
 from atoll.record.claim import CLAIM_FILE
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
@@ -217,7 +219,9 @@ def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_where: 
 
 
 def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> None:
-    """Before a job adds anything, prove its worker files fit: write and remove a probe.
+    """Before a job adds anything, prove its worker files fit: write and remove a probe; and
+    that each worker can write a checkpoint as large as the largest kept beside the one it
+    replaces.
 
     Otherwise a full or read-only disk would be found only after ``run.h5`` got a new job row.
     """
@@ -235,6 +239,14 @@ def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> N
     finally:
         if probe.exists():
             probe.unlink()
+    _, largest = checkpoint_bytes(paths)
+    free = shutil.disk_usage(paths.run_dir).free
+    if workers * largest > free:
+        raise RecordError(
+            f"{paths.checkpoints_dir}: {free / MB:.0f} MB free, but each of the {workers} "
+            f"workers may write a checkpoint of up to {largest / MB:.0f} MB beside the one it "
+            "replaces; free some space, or delete the checkpoints of individuals you do not "
+            "need continued")
 
 
 def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],

@@ -1,0 +1,159 @@
+"""Checkpoints: one file per individual under ``RUN_DIR/checkpoints``, its last training state.
+
+Only a worker leader writes, and only the checkpoints of the individual it evaluates. A file is
+built in memory and written whole (a temporary file, fsync'd, renamed into place): a kill at any
+moment leaves the previous checkpoint or the new one, and a full disk leaves the previous one and
+stops the job like any record write (:mod:`atoll.record.full`).
+
+A file is HDF5 (readable with h5py alone) behind a 512-byte user block that holds the SHA-256 of
+everything after it. Its root attributes name the run, the individual and the epoch; the state
+is the ``state`` tree of :mod:`atoll.record.state`. A file that is damaged (checksum, HDF5) or
+foreign (another run or individual) is never loaded: :meth:`CheckpointStore.load` warns, naming
+the file, and the evaluation starts from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from atoll.record import full
+from atoll.record._h5 import text, written_whole
+from atoll.record.paths import RunPaths
+from atoll.record.state import read_state, write_state
+
+log = logging.getLogger(__name__)
+
+KIND = "atoll-checkpoint"
+FORMAT_VERSION = 1
+USER_BLOCK = 512
+MAGIC = b"ATOLL-CHECKPOINT sha256 "
+_CHUNK = 1 << 20
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint file holds."""
+
+    state: Any
+    epoch: int
+
+
+class CheckpointStore:
+    """The checkpoints of one run, as its worker leaders keep them.
+
+    ``limit_mb`` (``record.checkpoint_limit_mb``, 0: no limit) bounds the total size of the
+    directory: a save that would exceed it is skipped with a warning, and the individual keeps
+    its previous checkpoint.
+    """
+
+    def __init__(self, paths: RunPaths, run_id: str, limit_mb: float = 0.0) -> None:
+        self.paths = paths
+        self.run_id = run_id
+        self.limit_mb = limit_mb
+
+    def save(self, individual_id: int, epoch: int, state: Any) -> bool:
+        """Write the individual's checkpoint at ``epoch``; False if the limit refused it.
+
+        TypeError names a part of ``state`` that cannot be stored; a full disk raises
+        :class:`~atoll.record.full.DiskFull` (reported: the job stops) and keeps the previous
+        checkpoint."""
+        path = self.paths.checkpoint_file(individual_id)
+        data = self._build(individual_id, epoch, state)
+        if not self._fits(path, len(data)):
+            return False
+        with full.creating(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with written_whole(path, fsync=True) as temp, open(temp, "wb") as out:
+                out.write(data)
+        return True
+
+    def load(self, individual_id: int, map_location: Any = None, quiet: bool = False
+             ) -> Checkpoint | None:
+        """The individual's checkpoint, or None if there is none or it cannot be trusted (a
+        warning then names the file and why; ``quiet``: an info line, as on the ranks of a
+        worker other than its leader, which warns)."""
+        path = self.paths.checkpoint_file(individual_id)
+        if not path.is_file():
+            return None
+        try:
+            return self._read(path, individual_id, map_location)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.log(logging.INFO if quiet else logging.WARNING,
+                    "%s: not loaded (%s); individual %d starts from scratch", path,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__, individual_id)
+            return None
+
+    def discard(self, individual_id: int) -> None:
+        """Delete the individual's checkpoint: its evaluation completed (ok, failed, pruned)."""
+        self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
+
+    def _build(self, individual_id: int, epoch: int, state: Any) -> memoryview:
+        buffer = io.BytesIO()
+        with h5py.File(buffer, "w", userblock_size=USER_BLOCK) as f:
+            f.attrs["kind"] = KIND
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["run_id"] = self.run_id
+            f.attrs["individual"] = individual_id
+            f.attrs["epoch"] = int(epoch)
+            f.attrs["saved"] = time.time()
+            write_state(f, "state", state)
+        data = buffer.getbuffer()
+        digest = hashlib.sha256(data[USER_BLOCK:]).hexdigest().encode()
+        header = MAGIC + digest + b"\n"
+        data[:len(header)] = header
+        return data
+
+    def _fits(self, path: Path, size: int) -> bool:
+        if self.limit_mb <= 0:
+            return True
+        others = sum(_size(p) for p in self.paths.checkpoint_files().values() if p != path)
+        if others + size <= self.limit_mb * MB:
+            return True
+        log.warning("%s: not saved: checkpoints would take %.1f MB, over "
+                    "record.checkpoint_limit_mb = %g; the previous checkpoint (if any) is kept. "
+                    "Raise the limit, or save smaller states", path, (others + size) / MB,
+                    self.limit_mb)
+        return False
+
+    def _read(self, path: Path, individual_id: int, map_location: Any) -> Checkpoint:
+        with open(path, "rb") as handle:
+            header = handle.read(USER_BLOCK)
+            digest = hashlib.sha256()
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+        if not header.startswith(MAGIC) or \
+                header[len(MAGIC):len(MAGIC) + 64] != digest.hexdigest().encode():
+            raise ValueError("damaged: its checksum does not match its content")
+        with h5py.File(path, "r", locking=False) as f:
+            kind, run_id = text(f.attrs.get("kind", "")), text(f.attrs.get("run_id", ""))
+            owner = int(f.attrs.get("individual", -1))
+            if kind != KIND or int(f.attrs.get("format_version", 0)) > FORMAT_VERSION:
+                raise ValueError(f"not a checkpoint this Atoll reads ({kind or 'no kind'})")
+            if run_id != self.run_id or owner != individual_id:
+                raise ValueError(f"foreign: written for run {run_id or 'none'}, individual "
+                                 f"{owner} (this is run {self.run_id}, individual "
+                                 f"{individual_id})")
+            return Checkpoint(read_state(f["state"], map_location), int(f.attrs["epoch"]))
+
+
+def checkpoint_bytes(paths: RunPaths) -> tuple[int, int]:
+    """(total, largest) size in bytes of the run's checkpoints: for the free-space checks."""
+    sizes = [_size(p) for p in paths.checkpoint_files().values()]
+    return sum(sizes), max(sizes, default=0)
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 if another leader just deleted it."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
