@@ -113,3 +113,27 @@ def pruning_demo(params: Mapping[str, Any], ctx: Any) -> float:
         if ctx.report(epoch, val_loss=value):
             break
     return value
+
+
+def checkpointed(params: Mapping[str, Any], ctx: Any) -> float:
+    """``options.epochs`` epochs of ``options.sleep`` seconds that keep a checkpoint after each
+    (the list of epochs trained) and continue from it; each epoch is appended to
+    ``options.trace``/ID.txt. Returns how many epochs the state holds: ``epochs`` when every
+    epoch was trained once, in one part or several."""
+    from pathlib import Path
+
+    saved = ctx.load_checkpoint()
+    trained = list(saved.state["trained"]) if saved is not None else []
+    trace = Path(ctx.options["trace"]) / f"{ctx.individual_id}.txt"
+    for epoch in range(saved.epoch + 1 if saved is not None else 0,
+                       int(ctx.options.get("epochs", 6))):
+        time.sleep(float(ctx.options.get("sleep", 0.1)))
+        trained.append(epoch)
+        if ctx.rank == 0:
+            with trace.open("a") as f:
+                f.write(f"{epoch}\n")
+        stop = ctx.report(epoch, val_loss=float(params["x0"]) ** 2)
+        ctx.save_checkpoint({"trained": trained}, epoch)
+        if stop:
+            break
+    return float(len(trained))

@@ -226,3 +226,29 @@ def test_interrupted_evaluations_are_continued_under_their_ids_and_counted_once(
     assert len(parts) == len(ind) + len(interrupted)
     new = set(ind["id"].tolist()) - set(first["id"].tolist())
     assert min(new) == int(first["id"].max()) + 1  # new ones number on; continued keep theirs
+
+
+def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_layout(tmp_path):
+    """A wall-time stop in mid-training: the next job (3 ranks instead of 2) gives each
+    interrupted individual its last checkpoint, so every epoch is trained once; the checkpoints
+    of completed evaluations are deleted."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    run_dir, done = start(tmp_path, 2, "objective.name=objectives:checkpointed",
+                          f"objective.options.trace={json.dumps(str(trace))}",
+                          "objective.options.sleep=0.15", "search.generations=4",
+                          "search.wall_time=1.2")
+    assert done.returncode == 75, done.stderr[-2000:]
+    first = open_run(run_dir).individuals
+    interrupted = first["id"][first["status"] == int(Status.INTERRUPTED)].tolist()
+    assert interrupted
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == [f"ind{i:012d}.h5" for i in sorted(interrupted)]
+    done = resume(run_dir, 3, "search.wall_time=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = check_complete(run_dir, 8)
+    assert (ind["status"] == int(Status.OK)).all() and (ind["loss"] == 6.0).all()
+    for ident in ind["id"].tolist():
+        epochs = [int(e) for e in (trace / f"{ident}.txt").read_text().split()]
+        assert epochs == list(range(6)), (ident, epochs)  # none trained twice or lost
+    assert not list((run_dir / "checkpoints").iterdir())

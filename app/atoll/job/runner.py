@@ -37,11 +37,12 @@ from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.strategy import ContinueFirst, Strategy
-from atoll.individual import Individual, Status
+from atoll.individual import FINISHED, Individual, Status
 from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
 from atoll.logs import rank_log
 from atoll.objectives.loader import check_preflight, load_objective
 from atoll.record import full
+from atoll.record.checkpoints import CheckpointStore
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
@@ -240,13 +241,15 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         flush_interval=config.record.flush_interval, run_id=plan.run_id)
         if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
+    # Every rank reads a checkpoint; the leader alone writes and discards them.
+    checkpoints = CheckpointStore(paths, plan.run_id, config.record.checkpoint_limit_mb)
     evaluator = WorkerEvaluator.for_job(
         config, objective, topo.worker_comm, local_rank=topo.local_rank,
         record_epoch=log_file.add_epoch if log_file is not None else None,
         offer_weights=keeper.offer if keeper is not None else None,
         # the same answer on every rank of the worker (one small allreduce per epoch)
         should_stop=lambda: stop.agreed(topo.worker_comm),
-        judge_epoch=pruning.judge if pruning is not None else None)
+        judge_epoch=pruning.judge if pruning is not None else None, checkpoints=checkpoints)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None
@@ -254,6 +257,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
+        if ind.status in FINISHED:  # an interrupted one keeps its checkpoint for the next job
+            checkpoints.discard(ind.id)
         if pruning is not None:
             pruning.finished(ind)
 
