@@ -301,6 +301,8 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
     report = _guarded(lambda: _mpi_job(lambda comm: run_doctor(config, run_dir, comm)), debug)
     if report.text:
         click.echo(report.text)
+        if report.refusal:
+            click.echo(f"atoll: error: {report.refusal}", err=True)
     sys.exit(report.exit_code)
 
 

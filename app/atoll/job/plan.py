@@ -8,9 +8,11 @@ as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the
 from __future__ import annotations
 
 import logging
+import shlex
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from atoll import record
@@ -48,6 +50,14 @@ class JobPlan:
 
     def begun(self, job: int) -> JobPlan:
         return replace(self, job=job)
+
+
+def budget_spent(run_dir: Path, plan: JobPlan) -> str:
+    """What a job says instead of starting on a run whose budget is spent (``atoll doctor``
+    fails with the same line)."""
+    extend = shlex.join(["atoll", "resume", str(run_dir), "--set", "search.evaluations=N"])
+    return (f"{run_dir}: the run's budget is spent ({plan.done} of {plan.budget} evaluations): "
+            f"no job was started; extend it with '{extend}'")
 
 
 def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
