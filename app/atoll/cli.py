@@ -251,13 +251,17 @@ def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
 @click.option("--plain", is_flag=True,
               help="Plain lines even on a terminal (the default in a file or a pipe).")
 @click.option("-v", "--verbose", is_flag=True, help="Also a line for every finished individual.")
+@click.option("--no-wait", is_flag=True,
+              help="Exit (code 2) if RUN_DIR is no Atoll run yet, instead of waiting for its "
+                   "job to begin (e.g. a job still pending after sbatch).")
 @click.option("--after", default=0.0, hidden=True, help="Follow the first job starting then.")
 @click.option("--parent", default=0, hidden=True, help="End when this process is gone.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: float, parent: int,
-          debug: bool) -> None:
+def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, no_wait: bool,
+          after: float, parent: int, debug: bool) -> None:
     """Follow a running search from another shell (reads its flushed files, no locks): done of
     the budget, rate, failures, best loss with its main metric, ETA. Ends when the job does.
+    Started before the job creates the run (right after sbatch), it waits for the run.
 
     \b
     Example (on a login node, while the job runs):
@@ -267,7 +271,7 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: flo
 
     live = sys.stdout.isatty() and not plain
     _guarded(lambda: follow(run_dir, interval=interval, live=live, each=verbose, after=after,
-                            parent=parent), debug)
+                            parent=parent, wait=not (no_wait or parent)), debug)
 
 
 @cli.command()
