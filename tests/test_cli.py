@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import h5py
 import pytest
 
 import atoll
 from atoll.record import open_run
-from conftest import BIN, ROOT, atoll_cmd, mpi_env, mpirun_atoll, mpirun_cmd, run
+from conftest import BIN, ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 
 def imported_modules(*args: str) -> set[str]:
@@ -243,3 +246,35 @@ def test_inspect_metric_shows_the_named_metric_and_refuses_an_unknown_one(tmp_pa
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert unknown.stderr == ("atoll: error: --metric nope: the run reported no such metric "
                               "(it has val_loss, val_accuracy)\n")
+
+
+def test_consolidate_writes_results_of_a_killed_run_that_plain_h5py_reads(tmp_path):
+    run_dir = tmp_path / "killed run"
+    search = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", "--config", "tests/configs/slow_sphere.toml",
+                   "--run-dir", str(run_dir), "-q", "--set", "search.generations=400",
+                   "--set", "record.flush_interval=0.2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        while not (run_dir / "run.h5").exists() or len(open_run(run_dir).individuals) < 10:
+            assert search.poll() is None, search.communicate()[1][-2000:]
+            time.sleep(0.2)
+    finally:
+        kill_tree(search)
+    worker = next((run_dir / "workers").iterdir())
+    with pytest.raises(OSError):
+        h5py.File(worker, "r")  # the killed job's file is still marked as open for writing
+    flushed = len(open_run(run_dir).individuals)
+
+    done = run(atoll_cmd("consolidate", str(run_dir)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"{run_dir / 'results.h5'}: written from the run's files (nothing "
+                           "resumed); read it with h5py.File(path) or h5ls -r\n")
+    with h5py.File(run_dir / "results.h5") as f:
+        assert len(f["individuals"]) == flushed
+        assert f["jobs"]["exit_code"].tolist() == [-1]  # the killed job, not resumed
+    assert open_run(run_dir).jobs["exit_code"].tolist() == [-1]  # no job was started
+    bad = run(atoll_cmd("consolidate", str(tmp_path)))
+    assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
+    assert len(bad.stderr.splitlines()) == 1

@@ -275,6 +275,39 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, no_wait: b
 
 
 @cli.command()
+@click.argument("run_dir", type=RunDir())
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def consolidate(run_dir: Path, debug: bool) -> None:
+    """Write RUN_DIR/results.h5 from the run's files now, for a killed or running run, without
+    resuming it (reads files only: no MPI, no torch).
+
+    A killed job's worker files stay marked as open for writing (HDF5's SWMR), so h5ls and a
+    plain h5py.File refuse them; results.h5 holds every row flushed so far in plain tables. A
+    running job writes it again when it ends.
+
+    \b
+    Example:
+      atoll consolidate runs/sphere
+    """
+    from atoll.collective import one_line
+    from atoll.errors import RecordError
+    from atoll.record import RunPaths
+    from atoll.record import consolidate as write_results
+
+    def write() -> Path:
+        try:
+            return write_results(RunPaths(run_dir))
+        except OSError as exc:  # a read-only or foreign run directory
+            raise RecordError(f"{one_line(exc)}: results.h5 not written; make {run_dir} "
+                              "writable, or copy the run elsewhere and consolidate the copy"
+                              ) from None
+
+    target = _guarded(write, debug)
+    click.echo(f"{target}: written from the run's files (nothing resumed); read it with "
+               "h5py.File(path) or h5ls -r")
+
+
+@cli.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file of the search to check. Without it, the embedded default.")
 @click.option("--run-dir", type=click.Path(path_type=Path),
