@@ -213,6 +213,32 @@ def test_readme_submit_example(slurm, tmp_path):
     assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
 
 
+def test_submit_names_a_missing_jobscript_and_profile_and_submits_nothing(tmp_path):
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "no-such.sbatch", SPHERE,
+                      str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"atoll submit: error: jobscript no-such.sbatch not found (neither "
+                           f"a file nor in {JOBSCRIPTS})\n")
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "no-such-site", "cpu.sbatch", SPHERE,
+                      str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert done.returncode == 2 and "profile " in done.stderr and "no-such-site.sh" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_submit_runs_the_site_setup_in_the_job_only(slurm, tmp_path):
+    marker = tmp_path / "setup.txt"
+    profile = tmp_path / "site.sh"
+    profile.write_text(f"source {JOBSCRIPTS / 'profiles' / 'test-cluster.sh'}\n"
+                       f"atoll_site_setup() {{ echo \"${{SLURM_JOB_ID:-login}}\" >> {marker}; }}\n")
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    done = slurm_run([str(JOBSCRIPTS / "submit"), str(profile), "cpu.sbatch", SPHERE,
+                      str(tmp_path / "run"), "--set", "search.generations=3"], env, tmp_path)
+    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    calls = marker.read_text().split()
+    assert calls and all(c.isdigit() for c in calls), calls  # never "login": not at submit
+
+
 def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
     env = job_env(slurm)
     cwd = like_the_checkout(tmp_path)
