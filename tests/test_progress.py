@@ -40,6 +40,17 @@ def test_rank_0_prints_plain_progress_lines_at_the_interval_and_a_last_one(tmp_p
     assert f"(id {int(best['id'])}: x0=" in lines[-1]
 
 
+def test_the_progress_lines_and_the_summary_give_the_job_one_rate(tmp_path):
+    done = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "run"), "--set",
+                        "search.generations=15", "--progress-interval", "0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = progress_lines(done.stdout)[-1]
+    summary = next(line for line in done.stdout.splitlines() if line.startswith("This job: "))
+    assert "30 of 30 done" in last and summary.startswith("This job: 30 evaluations in ")
+    rate = re.search(r", ([\d.]+/s), ", last)[1]
+    assert f"({rate}); results: " in summary, (last, summary)
+
+
 def test_quiet_prints_no_progress_and_verbose_a_line_per_individual(tmp_path):
     quiet = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "q"), "--set",
                          "search.generations=10", "-q")

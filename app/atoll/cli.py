@@ -175,6 +175,7 @@ def _finish(summary: Any, top: int) -> None:
     from atoll.logs import launcher_rank
     from atoll.record import open_run
     from atoll.views.inspect import describe
+    from atoll.views.progress import take
 
     if launcher_rank() == 0:
         click.echo(describe(open_run(summary.run_dir), top=top))
@@ -185,10 +186,10 @@ def _finish(summary: Any, top: int) -> None:
             click.echo(f"\nThis job: {summary.evaluations} evaluations; the record keeps those "
                        "written before the disk was full (above); results.h5: not written")
         else:
-            rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
-            click.echo(f"\nThis job: {summary.evaluations} evaluations in "
-                       f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
-                       f"{summary.results_file}")
+            done = take(summary.run_dir)  # the progress lines' numbers, from the same record
+            click.echo(f"\nThis job: {done.this_job} evaluations in "
+                       f"{done.job_stop - done.job_start:.2f} s from its start, set-up included "
+                       f"({done.rate:.2f}/s); results: {summary.results_file}")
         if summary.disk_full:
             click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
                        f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
