@@ -170,6 +170,9 @@ def test_python_api_inside_a_user_script(tmp_path):
     done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))
     assert done.returncode == 0, done.stderr
     assert "evaluations 20 20" in done.stdout  # the API may be called more than once
+    done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))  # both runs' budgets spent
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("the run's budget is spent") == 2, done.stderr  # rank 0's only
 
 
 TRAINING_EXAMPLES = {"digits.toml", "ddp_user.toml"}  # run with small budgets in test_classifier
