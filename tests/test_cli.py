@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 
 import atoll
+from atoll.individual import Status
 from atoll.record import open_run
 from conftest import BIN, ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
@@ -251,7 +253,7 @@ def test_inspect_metric_shows_the_named_metric_and_refuses_an_unknown_one(tmp_pa
                               "(it has val_loss, val_accuracy)\n")
 
 
-def test_consolidate_writes_results_of_a_killed_run_that_plain_h5py_reads(tmp_path):
+def test_a_killed_run_consolidated_for_plain_h5py_then_resumed_shows_as_killed(tmp_path):
     run_dir = tmp_path / "killed run"
     search = subprocess.Popen(
         mpirun_cmd(2, "-m", "atoll", "search", "--config", "tests/configs/slow_sphere.toml",
@@ -281,3 +283,11 @@ def test_consolidate_writes_results_of_a_killed_run_that_plain_h5py_reads(tmp_pa
     bad = run(atoll_cmd("consolidate", str(tmp_path)))
     assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
     assert len(bad.stderr.splitlines()) == 1
+
+    # a later job ran: inspect no longer calls the killed one "running or killed"
+    status = open_run(run_dir).individuals["status"]
+    budget = int(np.count_nonzero(status != Status.INTERRUPTED)) + 2
+    assert run(atoll_cmd("resume", str(run_dir), "-q", "--set",
+                         f"search.evaluations={budget}")).returncode == 0
+    shown = run(atoll_cmd("inspect", str(run_dir))).stdout
+    assert "-> killed (no end recorded);" in shown and "running or killed" not in shown, shown
