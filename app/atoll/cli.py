@@ -122,7 +122,8 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file. Without it, the embedded default search runs.")
 @click.option("--run-dir", required=True, type=RunDir(),
-              help="Directory for the run's HDF5 record (new or empty).")
+              help="Directory for the run's HDF5 record: new or empty, or holding this same "
+                   "search, which is then continued.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
@@ -134,7 +135,7 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     """Start a search recorded in RUN_DIR (or continue it, if RUN_DIR holds the same search).
 
     \b
-    Examples:
+    Examples (with fewer cores than ranks, as on a laptop: add --oversubscribe):
       atoll search --config examples/sphere.toml --run-dir runs/sphere
       mpirun -n 4 atoll search --config examples/rastrigin.toml --run-dir runs/r \\
           --set search.islands=2 --set migration.mode=pollination
@@ -215,7 +216,8 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
     """Continue the run in RUN_DIR until its budget is spent, under any rank layout.
 
     \b
-    Example (a requeued job with another allocation):
+    Example (a requeued job with another allocation; with fewer cores than ranks, as on a
+    laptop: add --oversubscribe):
       mpirun -n 8 atoll resume runs/sphere --set search.islands=4
     """
     from atoll.job.runner import resume_search
@@ -312,7 +314,8 @@ def consolidate(run_dir: Path, debug: bool) -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file of the search to check. Without it, the embedded default.")
 @click.option("--run-dir", type=click.Path(path_type=Path),
-              help="Where the run's record will be: checks HDF5 locking and free space there.")
+              help="The search's run directory: checks it as the search would (new, or the "
+                   "same search with budget left), and HDF5 locking and free space there.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, as for 'atoll search' (repeatable).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -320,13 +323,15 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
            debug: bool) -> None:
     """Check an allocation before a search: launch it exactly like the search.
 
-    Checks the MPI ranks and hosts, the rank layout the config gets, each worker's torch
-    process group (built, with a timed all_reduce), the GPU of every rank, HDF5 locking and
-    free space in the run directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
+    Checks what the search checks before it starts (the run directory: new, or the same search
+    with budget left; the objective's import on every rank and its preflight; the rank layout),
+    failing with the line the search would print; then the MPI ranks and hosts, each worker's
+    torch process group (built, with a timed all_reduce), the GPU of every rank, HDF5 locking
+    and free space in the run directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
     allowed), 2 a check failed (the search would fail here) or bad input; the same on every rank.
 
     \b
-    Example:
+    Example (with fewer cores than ranks, as on a laptop: add --oversubscribe):
       mpirun -n 4 atoll doctor --config examples/sphere.toml --run-dir runs/sphere \\
           --set search.ranks_per_worker=2
     """
