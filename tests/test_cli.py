@@ -291,3 +291,19 @@ def test_a_killed_run_consolidated_for_plain_h5py_then_resumed_shows_as_killed(t
                          f"search.evaluations={budget}")).returncode == 0
     shown = run(atoll_cmd("inspect", str(run_dir))).stdout
     assert "-> killed (no end recorded);" in shown and "running or killed" not in shown, shown
+
+
+def test_suggested_commands_paste_into_a_shell_with_a_space_in_the_run_directory(tmp_path):
+    run_dir = tmp_path / "my runs" / "it's here"
+    args = ("--config", "examples/sphere.toml", "--run-dir", str(run_dir), "-q",
+            "--set", "search.generations=3", "--set", "search.islands=1")
+    assert run(atoll_cmd("search", *args)).returncode == 0
+    again = run(atoll_cmd("search", *args))  # the budget is spent: it suggests extending it
+    assert again.returncode == 0, again.stderr
+    line = next(x for x in again.stdout.splitlines() if x.startswith("No job ran"))
+    pasted = line.split("To extend it: ", 1)[1].rsplit(" with N", 1)[0][1:-1]
+    env = mpi_env(PATH=f"{BIN}:{mpi_env()['PATH']}")
+    done = subprocess.run(["bash", "-c", pasted.replace("=N", "=5")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (pasted, done.stderr)
+    assert len(open_run(run_dir).individuals) == 5

@@ -173,16 +173,20 @@ def _mpi_job(job: Callable[[Any], Any]) -> Any:
 
 def _finish(summary: Any, top: int) -> None:
     """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
+    from atoll.errors import suggested
     from atoll.logs import launcher_rank
     from atoll.record import open_run
     from atoll.views.inspect import describe
     from atoll.views.progress import take
 
+    resume = suggested("atoll", "resume", summary.run_dir)
     if launcher_rank() == 0:
         click.echo(describe(open_run(summary.run_dir), top=top))
         if summary.job < 0:
-            click.echo(f"\nNo job ran: the run's budget is spent. To extend it: 'atoll resume "
-                       f"{summary.run_dir} --set search.evaluations=N' with N above it.")
+            extend = suggested("atoll", "resume", summary.run_dir, "--set",
+                               "search.evaluations=N")
+            click.echo(f"\nNo job ran: the run's budget is spent. To extend it: {extend} with N "
+                       "above it.")
         elif summary.disk_full:
             click.echo(f"\nThis job: {summary.evaluations} evaluations; the record keeps those "
                        "written before the disk was full (above); results.h5: not written")
@@ -193,11 +197,11 @@ def _finish(summary: Any, top: int) -> None:
                        f"({done.rate:.2f}/s); results: {summary.results_file}")
         if summary.disk_full:
             click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
-                       f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
+                       f"are kept: free some space, then {resume} "
                        f"(exit code {summary.exit_code}).", err=True)
         elif summary.exit_code:
-            click.echo(f"Stopped before the budget was spent: continue with "
-                       f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
+            click.echo(f"Stopped before the budget was spent: continue with {resume} "
+                       f"(exit code {summary.exit_code}).")
     sys.exit(summary.exit_code)
 
 

@@ -8,7 +8,6 @@ as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the
 from __future__ import annotations
 
 import logging
-import shlex
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -19,7 +18,7 @@ from atoll import record
 from atoll.config import MAX_EVALUATIONS, Config, apply_overrides, config_to_dict, parse_config
 from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
-from atoll.errors import ConfigError
+from atoll.errors import ConfigError, suggested
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +54,9 @@ class JobPlan:
 def budget_spent(run_dir: Path, plan: JobPlan) -> str:
     """What a job says instead of starting on a run whose budget is spent (``atoll doctor``
     fails with the same line)."""
-    extend = shlex.join(["atoll", "resume", str(run_dir), "--set", "search.evaluations=N"])
+    extend = suggested("atoll", "resume", run_dir, "--set", "search.evaluations=N")
     return (f"{run_dir}: the run's budget is spent ({plan.done} of {plan.budget} evaluations): "
-            f"no job was started; extend it with '{extend}'")
+            f"no job was started; extend it with {extend}")
 
 
 def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
@@ -150,4 +149,5 @@ def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config)
             if dotted not in JOB_KEYS and section != "space" and old != value:
                 raise ConfigError(
                     f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "
-                    f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")
+                    f"continue it with {suggested('atoll', 'resume', paths.run_dir)} or use a "
+                    "new run directory")

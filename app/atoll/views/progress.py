@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from atoll.errors import RecordError
+from atoll.errors import RecordError, suggested
 from atoll.individual import Status
 from atoll.record import RunPaths, open_run, plain
 from atoll.record.claim import held, running
@@ -167,7 +167,8 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
                 if snap is not None and snap.running:
                     stop_live()
                     print(f"[atoll] job {snap.job} ended without recording its end (killed?); "
-                          f"'atoll resume {run_dir}' continues the run", file=out, flush=True)
+                          f"{suggested('atoll', 'resume', run_dir)} continues the run", file=out,
+                          flush=True)
                     return snap
             time.sleep(LIVE_REFRESH if live else interval)
     except _Final:
