@@ -273,11 +273,13 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
     image.write_bytes(b"not really an image")
     calls = tmp_path / "calls"
     stand_in = tmp_path / "apptainer"
-    stand_in.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n'
+    stand_in.write_text(f'#!/bin/bash\necho "$* [bind $APPTAINER_BIND]" >> {calls}\n'
                         'shift; [[ "$1" == --nv ]] && shift; shift; exec "$@"\n')
     stand_in.chmod(0o755)
+    # as jobscripts/README.md says: binds through APPTAINER_BIND, one GPU per worker
     env = job_env(slurm, ATOLL_IMAGE=str(image), ATOLL_APPTAINER=str(stand_in),
-                  ATOLL_PREFLIGHT="0")
+                  ATOLL_PREFLIGHT="0", APPTAINER_BIND=f"{tmp_path},/data",
+                  ATOLL_RANKS_PER_WORKER="1")
     code, log = sbatch_wait(slurm, ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
                                     "--gres=gpu:2", str(JOBSCRIPTS / "single-node-gpu.sbatch"),
                                     SPHERE, str(tmp_path / "run"),
@@ -287,6 +289,9 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
     lines = calls.read_text().splitlines()
     assert len(lines) == 2  # one per task
     assert all(line.startswith(f"exec --nv {image} atoll search --config") for line in lines)
+    assert all(line.endswith(f"[bind {tmp_path},/data]") for line in lines)
+    (job,) = jobs_table(tmp_path / "run")
+    assert '"ranks_per_worker":1' in job["layout"].decode()  # two workers of one GPU each
 
 
 def test_slurm_tests_use_this_python():
