@@ -213,6 +213,17 @@ def test_readme_submit_example(slurm, tmp_path):
     assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
 
 
+def test_perlmutter_profile_sets_the_slingshot_nccl_variables_only_when_asked():
+    show = (f"source {JOBSCRIPTS / 'profiles' / 'perlmutter.sh'}; "
+            'echo "$NCCL_NET|$FI_CXI_DISABLE_HOST_REGISTER|$NCCL_SOCKET_IFNAME"')
+    env = {k: v for k, v in mpi_env().items() if not k.startswith(("NCCL_", "FI_"))}
+    plain = subprocess.run(["bash", "-c", show], env=env, capture_output=True, text=True)
+    asked = subprocess.run(["bash", "-c", show], env=dict(env, ATOLL_NCCL_OFI="1"),
+                           capture_output=True, text=True)
+    assert plain.stdout.strip() == "||hsn"
+    assert asked.stdout.strip() == "AWS Libfabric|1|hsn"
+
+
 def test_submit_names_a_missing_jobscript_and_profile_and_submits_nothing(tmp_path):
     done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "no-such.sbatch", SPHERE,
                       str(tmp_path / "run")], mpi_env(), tmp_path)
