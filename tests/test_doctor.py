@@ -223,3 +223,4 @@ def test_more_islands_than_workers_is_a_warning_and_ready():
     assert done.returncode == 0, done.stdout + done.stderr
     assert rows_of(done.stdout)["islands"] == [WARN]
     assert "search.islands=2 is more than the 1 worker(s): the search runs 1" in flat(done.stdout)
+    assert "of this job (1 rank(s) / 1 per worker)" in done.stderr  # the search's own warning

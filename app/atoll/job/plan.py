@@ -130,7 +130,7 @@ def job_layout(config: Config, world_size: int) -> Layout:
     per_worker, islands = config.search.ranks_per_worker, config.search.islands
     workers = world_size // per_worker
     if world_size % per_worker == 0 and 0 < workers < islands:
-        log.warning("search.islands=%d is more than the %d worker(s) of this job (%d ranks / %d "
+        log.warning("search.islands=%d is more than the %d worker(s) of this job (%d rank(s) / %d "
                     "per worker): running %d island(s); start more ranks for more islands",
                     islands, workers, world_size, per_worker, workers)
         islands = workers
