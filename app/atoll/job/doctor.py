@@ -10,6 +10,7 @@ i.e. the search as configured would fail here (the code Atoll uses for every "ba
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import statistics
@@ -229,7 +230,17 @@ def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[R
 
 
 def _plan_rows(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
-    """The job's plan as the search makes it: a new run, or the same search continued."""
+    """The job's plan as the search makes it: a new run, or the same search continued. The
+    plan's warnings (islands lowered to fit) are rows already: not logged a second time."""
+    planner = logging.getLogger(plan_new_or_same.__module__)
+    planner.disabled, before = True, planner.disabled
+    try:
+        return _planned(config, run_dir, world_size)
+    finally:
+        planner.disabled = before
+
+
+def _planned(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
     if run_dir is None:
         error = _refusal(lambda: record.check_record_fits(config.space))
         return [Row("search space", FAIL, error)] if error else []
