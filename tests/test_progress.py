@@ -135,6 +135,10 @@ def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_pat
                          env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
     assert len(bad.stderr.splitlines()) == 1
+    (tmp_path / "a file").write_text("")  # can never become a run: no waiting for it
+    bad = subprocess.run(atoll_cmd("watch", str(tmp_path / "a file")), cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
 
 
 def test_watch_started_before_the_run_exists_waits_for_it_and_follows_its_job(tmp_path):

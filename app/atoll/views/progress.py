@@ -135,7 +135,7 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
     yet (a job still pending) is waited for, with a line saying so, instead of an error."""
     if parent:
         signal.signal(signal.SIGTERM, _final)
-    if wait and not RunPaths(run_dir).run_file.exists():
+    if wait and not RunPaths(run_dir).run_file.exists() and not run_dir.is_file():
         print(f"[atoll] waiting for {run_dir} to become an Atoll run (its job has not begun "
               "yet); Ctrl-C to stop", file=out, flush=True)
         while not RunPaths(run_dir).run_file.exists():
