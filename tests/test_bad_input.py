@@ -546,7 +546,7 @@ CASES = [
     Case("garbage_results_file_given", ("inspect", "{run_dir}/results.h5"),
          "atoll: error: {run_dir}/results.h5: damaged or not an HDF5 file (Unable to "
          "synchronously open file (file signature not found)); read the run from its worker "
-         "files instead: atoll inspect {run_dir}", setup=garbage_results_file),
+         "files instead: 'atoll inspect {run_dir}'", setup=garbage_results_file),
     Case("garbage_results_file_alone", INSPECT,
          "atoll: error: {run_dir}/results.h5: damaged or not an HDF5 file (Unable to "
          "synchronously open file (file signature not found)); no worker files are beside it "

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 
+import h5py
+import numpy as np
 import pytest
 
 import atoll
+from atoll.individual import Status
 from atoll.record import open_run
-from conftest import BIN, ROOT, atoll_cmd, mpi_env, mpirun_atoll, mpirun_cmd, run
+from conftest import BIN, ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 
 def imported_modules(*args: str) -> set[str]:
@@ -166,6 +171,9 @@ def test_python_api_inside_a_user_script(tmp_path):
     done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))
     assert done.returncode == 0, done.stderr
     assert "evaluations 20 20" in done.stdout  # the API may be called more than once
+    done = run(mpirun_cmd(2, str(script), str(tmp_path / "r")))  # both runs' budgets spent
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("the run's budget is spent") == 2, done.stderr  # rank 0's only
 
 
 TRAINING_EXAMPLES = {"digits.toml", "ddp_user.toml"}  # run with small budgets in test_classifier
@@ -249,3 +257,59 @@ def test_inspect_metric_shows_the_named_metric_and_refuses_an_unknown_one(tmp_pa
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert unknown.stderr == ("atoll: error: --metric nope: the run reported no such metric "
                               "(it has val_loss, val_accuracy)\n")
+
+
+def test_a_killed_run_consolidated_for_plain_h5py_then_resumed_shows_as_killed(tmp_path):
+    run_dir = tmp_path / "killed run"
+    search = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", "--config", "tests/configs/slow_sphere.toml",
+                   "--run-dir", str(run_dir), "-q", "--set", "search.generations=400",
+                   "--set", "record.flush_interval=0.2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        while not (run_dir / "run.h5").exists() or len(open_run(run_dir).individuals) < 10:
+            assert search.poll() is None, search.communicate()[1][-2000:]
+            time.sleep(0.2)
+    finally:
+        kill_tree(search)
+    worker = next((run_dir / "workers").iterdir())
+    with pytest.raises(OSError):
+        h5py.File(worker, "r")  # the killed job's file is still marked as open for writing
+    flushed = len(open_run(run_dir).individuals)
+
+    done = run(atoll_cmd("consolidate", str(run_dir)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"{run_dir / 'results.h5'}: written from the run's files (nothing "
+                           "resumed); read it with h5py.File(path) or h5ls -r\n")
+    with h5py.File(run_dir / "results.h5") as f:
+        assert len(f["individuals"]) == flushed
+        assert f["jobs"]["exit_code"].tolist() == [-1]  # the killed job, not resumed
+    assert open_run(run_dir).jobs["exit_code"].tolist() == [-1]  # no job was started
+    bad = run(atoll_cmd("consolidate", str(tmp_path)))
+    assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
+    assert len(bad.stderr.splitlines()) == 1
+
+    # a later job ran: inspect no longer calls the killed one "running or killed"
+    status = open_run(run_dir).individuals["status"]
+    budget = int(np.count_nonzero(status != Status.INTERRUPTED)) + 2
+    assert run(atoll_cmd("resume", str(run_dir), "-q", "--set",
+                         f"search.evaluations={budget}")).returncode == 0
+    shown = run(atoll_cmd("inspect", str(run_dir))).stdout
+    assert "-> killed (no end recorded);" in shown and "running or killed" not in shown, shown
+
+
+def test_suggested_commands_paste_into_a_shell_with_a_space_in_the_run_directory(tmp_path):
+    run_dir = tmp_path / "my runs" / "it's here"
+    args = ("--config", "examples/sphere.toml", "--run-dir", str(run_dir), "-q",
+            "--set", "search.generations=3", "--set", "search.islands=1")
+    assert run(atoll_cmd("search", *args)).returncode == 0
+    again = run(atoll_cmd("search", *args))  # the budget is spent: it suggests extending it
+    assert again.returncode == 0, again.stderr
+    line = next(x for x in again.stdout.splitlines() if x.startswith("No job ran"))
+    pasted = line.split("To extend it: ", 1)[1].rsplit(" with N", 1)[0][1:-1]
+    env = mpi_env(PATH=f"{BIN}:{mpi_env()['PATH']}")
+    done = subprocess.run(["bash", "-c", pasted.replace("=N", "=5")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (pasted, done.stderr)
+    assert len(open_run(run_dir).individuals) == 5

@@ -120,6 +120,57 @@ def test_bad_input_is_one_line():
     assert done.stderr == "atoll: error: search.islands: expected an integer >= 1, got 0\n"
 
 
+# --- doctor fails where the search refuses to start, with the search's own line ------------
+
+def refusal(stderr: str) -> str:
+    """The line after "atoll: error: " (or the search's warning prefix) on stderr."""
+    for line in stderr.splitlines():
+        for prefix in ("atoll: error: ", "WARNING atoll.job.runner: "):
+            if prefix in line:
+                return line.split(prefix, 1)[1]
+    return ""
+
+
+def test_an_objective_that_does_not_import_fails_on_every_rank_with_the_search_line(tmp_path):
+    (tmp_path / "broken_objective.py").write_text("import no_such_package_here\n"
+                                                  "def objective(params, ctx):\n    return 0.0\n")
+    (tmp_path / "broken.toml").write_text(
+        '[objective]\nname = "broken_objective:objective"\n[search]\nislands = 1\n'
+        '[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n')
+    args = ["--config", str(tmp_path / "broken.toml"), "--run-dir", str(tmp_path / "r")]
+    search = run(mpirun_cmd(2, "-m", "atoll", "search", *args), cwd=tmp_path)
+    doctor = run(mpirun_cmd(2, "-m", "atoll", "doctor", *args), cwd=tmp_path)
+    assert search.returncode == 2 and "no_such_package_here" in refusal(search.stderr)
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+    assert refusal(doctor.stderr) == refusal(search.stderr)
+    assert rows_of(doctor.stdout)["objective"] == [FAIL]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_different_search_and_a_spent_budget_fail_with_the_search_line(tmp_path):
+    run_dir = str(tmp_path / "r")
+    base = ["--config", SPHERE, "--run-dir", run_dir, "--set", "search.islands=1",
+            "--set", "search.generations=6"]
+    assert run(atoll_cmd("search", *base, "-q")).returncode == 0
+    ready = run(atoll_cmd("doctor", *base, "--set", "search.evaluations=10"))
+    assert ready.returncode == 0, ready.stdout + ready.stderr  # a larger budget extends it
+    assert "6 of 10 evaluations done: 4 left for this job" in flat(ready.stdout)
+
+    other = [*base, "--set", "seed=2"]
+    search = run(atoll_cmd("search", *other, "-q"))
+    doctor = run(atoll_cmd("doctor", *other))
+    assert search.returncode == 2 and "holds a run with seed = 1, not 2" in search.stderr
+    assert doctor.returncode == 2 and refusal(doctor.stderr) == refusal(search.stderr)
+    assert rows_of(doctor.stdout)["run directory"] == [FAIL]
+
+    search = run(atoll_cmd("search", *base, "-q"))
+    doctor = run(atoll_cmd("doctor", *base))
+    assert search.returncode == 0 and "the run's budget is spent (6 of 6" in search.stderr
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+    assert refusal(doctor.stderr) == refusal(search.stderr)
+    assert rows_of(doctor.stdout)["budget"] == [FAIL]
+
+
 # --- the pure checks, on facts no machine here can show (GPUs) -----------------------------
 
 def view(rank, node, device, uuid=None, visible=None, name="NVIDIA A100-SXM4-40GB"):
@@ -177,11 +228,14 @@ def test_render_wraps_long_details_under_themselves():
     assert lines[4].startswith(" " * 10) and lines[-1].startswith("ready")
 
 
-def test_more_islands_than_workers_is_a_warning_and_ready():
-    done = run(atoll_cmd("doctor", "--config", SPHERE))  # sphere has 2 islands: 1 rank runs 1
+def test_more_islands_than_workers_is_a_warning_and_ready(tmp_path):
+    done = run(atoll_cmd("doctor", "--config", SPHERE, "--run-dir", str(tmp_path / "r")))
+    # sphere has 2 islands: 1 rank runs 1
     assert done.returncode == 0, done.stdout + done.stderr
     assert rows_of(done.stdout)["islands"] == [WARN]
     assert "search.islands=2 is more than the 1 worker(s): the search runs 1" in flat(done.stdout)
+    # the search's own warning, once (doctor plans the job as the search does, and says it once)
+    assert done.stderr.count("of this job (1 rank(s) / 1 per worker)") == 1, done.stderr
 
 
 def test_the_space_check_counts_a_checkpoint_per_worker():

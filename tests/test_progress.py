@@ -40,6 +40,17 @@ def test_rank_0_prints_plain_progress_lines_at_the_interval_and_a_last_one(tmp_p
     assert f"(id {int(best['id'])}: x0=" in lines[-1]
 
 
+def test_the_progress_lines_and_the_summary_give_the_job_one_rate(tmp_path):
+    done = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "run"), "--set",
+                        "search.generations=15", "--progress-interval", "0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = progress_lines(done.stdout)[-1]
+    summary = next(line for line in done.stdout.splitlines() if line.startswith("This job: "))
+    assert "30 of 30 done" in last and summary.startswith("This job: 30 evaluations in ")
+    rate = re.search(r", ([\d.]+/s), ", last)[1]
+    assert f"({rate}); results: " in summary, (last, summary)
+
+
 def test_quiet_prints_no_progress_and_verbose_a_line_per_individual(tmp_path):
     quiet = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "q"), "--set",
                          "search.generations=10", "-q")
@@ -120,10 +131,35 @@ def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_pat
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and len(progress_lines(done.stdout)) == 1
     assert "3 of 3 done (100%)" in done.stdout and "job ended" in done.stdout
-    bad = subprocess.run(atoll_cmd("watch", str(tmp_path / "nothing")), cwd=ROOT,
+    bad = subprocess.run(atoll_cmd("watch", str(tmp_path / "nothing"), "--no-wait"), cwd=ROOT,
                          env=mpi_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
     assert len(bad.stderr.splitlines()) == 1
+    (tmp_path / "a file").write_text("")  # can never become a run: no waiting for it
+    bad = subprocess.run(atoll_cmd("watch", str(tmp_path / "a file")), cwd=ROOT,
+                         env=mpi_env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
+
+
+def test_watch_started_before_the_run_exists_waits_for_it_and_follows_its_job(tmp_path):
+    run_dir = tmp_path / "pending run"  # a job still pending: nothing there yet
+    watch = subprocess.Popen(atoll_cmd("watch", str(run_dir), "--interval", "0.5"), cwd=ROOT,
+                             env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        time.sleep(3.0)
+        assert watch.poll() is None  # still waiting, not "not an Atoll run"
+        search = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(run_dir), "-q", "--set",
+                              "search.generations=20", "--set", "objective.options.sleep=0.02")
+        out, err = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert search.returncode == 0 and watch.returncode == 0, err
+    assert out.splitlines()[0] == (f"[atoll] waiting for {run_dir} to become an Atoll run (its "
+                                   "job has not begun yet); Ctrl-C to stop")
+    lines = progress_lines(out)
+    assert lines and lines[-1].endswith("job ended") and "40 of 40 done" in lines[-1]
 
 
 def test_watch_on_a_terminal_draws_a_live_table_with_verbose_rows_above(tmp_path):

@@ -213,6 +213,43 @@ def test_readme_submit_example(slurm, tmp_path):
     assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
 
 
+def test_perlmutter_profile_sets_the_slingshot_nccl_variables_only_when_asked():
+    show = (f"source {JOBSCRIPTS / 'profiles' / 'perlmutter.sh'}; "
+            'echo "$NCCL_NET|$FI_CXI_DISABLE_HOST_REGISTER|$NCCL_SOCKET_IFNAME"')
+    env = {k: v for k, v in mpi_env().items() if not k.startswith(("NCCL_", "FI_"))}
+    plain = subprocess.run(["bash", "-c", show], env=env, capture_output=True, text=True)
+    asked = subprocess.run(["bash", "-c", show], env=dict(env, ATOLL_NCCL_OFI="1"),
+                           capture_output=True, text=True)
+    assert plain.stdout.strip() == "||hsn"
+    assert asked.stdout.strip() == "AWS Libfabric|1|hsn"
+
+
+def test_submit_names_a_missing_jobscript_and_profile_and_submits_nothing(tmp_path):
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "no-such.sbatch", SPHERE,
+                      str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"atoll submit: error: jobscript no-such.sbatch not found (neither "
+                           f"a file nor in {JOBSCRIPTS})\n")
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "no-such-site", "cpu.sbatch", SPHERE,
+                      str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert done.returncode == 2 and "profile " in done.stderr and "no-such-site.sh" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_submit_runs_the_site_setup_in_the_job_only(slurm, tmp_path):
+    marker = tmp_path / "setup.txt"
+    profile = tmp_path / "site.sh"
+    profile.write_text(f"source {JOBSCRIPTS / 'profiles' / 'test-cluster.sh'}\n"
+                       f"atoll_site_setup() {{ echo \"${{SLURM_JOB_ID:-login}}\" >> {marker}; }}\n")
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    done = slurm_run([str(JOBSCRIPTS / "submit"), str(profile), "cpu.sbatch", SPHERE,
+                      str(tmp_path / "run"), "--set", "search.generations=3"], env, tmp_path)
+    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    calls = marker.read_text().split()
+    assert calls and all(c.isdigit() for c in calls), calls  # never "login": not at submit
+
+
 def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
     env = job_env(slurm)
     cwd = like_the_checkout(tmp_path)
@@ -247,11 +284,13 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
     image.write_bytes(b"not really an image")
     calls = tmp_path / "calls"
     stand_in = tmp_path / "apptainer"
-    stand_in.write_text(f'#!/bin/bash\necho "$*" >> {calls}\n'
+    stand_in.write_text(f'#!/bin/bash\necho "$* [bind $APPTAINER_BIND]" >> {calls}\n'
                         'shift; [[ "$1" == --nv ]] && shift; shift; exec "$@"\n')
     stand_in.chmod(0o755)
+    # as jobscripts/README.md says: binds through APPTAINER_BIND, one GPU per worker
     env = job_env(slurm, ATOLL_IMAGE=str(image), ATOLL_APPTAINER=str(stand_in),
-                  ATOLL_PREFLIGHT="0")
+                  ATOLL_PREFLIGHT="0", APPTAINER_BIND=f"{tmp_path},/data",
+                  ATOLL_RANKS_PER_WORKER="1")
     code, log = sbatch_wait(slurm, ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
                                     "--gres=gpu:2", str(JOBSCRIPTS / "single-node-gpu.sbatch"),
                                     SPHERE, str(tmp_path / "run"),
@@ -261,6 +300,9 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
     lines = calls.read_text().splitlines()
     assert len(lines) == 2  # one per task
     assert all(line.startswith(f"exec --nv {image} atoll search --config") for line in lines)
+    assert all(line.endswith(f"[bind {tmp_path},/data]") for line in lines)
+    (job,) = jobs_table(tmp_path / "run")
+    assert '"ranks_per_worker":1' in job["layout"].decode()  # two workers of one GPU each
 
 
 def test_slurm_tests_use_this_python():

@@ -46,8 +46,11 @@ def search(config: Config, run_dir: str | os.PathLike[str], *,
     from mpi4py import MPI
 
     from atoll.job.runner import run_search
+    from atoll.logs import job_messages_on_rank_0
 
-    return run_search(config, Path(run_dir), comm if comm is not None else MPI.COMM_WORLD)
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    with job_messages_on_rank_0(comm.Get_rank()):
+        return run_search(config, Path(run_dir), comm)
 
 
 def best(run_dir: str | os.PathLike[str]) -> Best:

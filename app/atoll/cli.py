@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -123,7 +122,8 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file. Without it, the embedded default search runs.")
 @click.option("--run-dir", required=True, type=RunDir(),
-              help="Directory for the run's HDF5 record (new or empty).")
+              help="Directory for the run's HDF5 record: new or empty, or holding this same "
+                   "search, which is then continued.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set search.islands=2 (repeatable).")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
@@ -135,7 +135,7 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     """Start a search recorded in RUN_DIR (or continue it, if RUN_DIR holds the same search).
 
     \b
-    Examples:
+    Examples (with fewer cores than ranks, as on a laptop: add --oversubscribe):
       atoll search --config examples/sphere.toml --run-dir runs/sphere
       mpirun -n 4 atoll search --config examples/rastrigin.toml --run-dir runs/r \\
           --set search.islands=2 --set migration.mode=pollination
@@ -174,34 +174,38 @@ def _mpi_job(job: Callable[[Any], Any]) -> Any:
 def _finish(summary: Any, top: int) -> None:
     """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
     from atoll.engine.stopping import EXIT_GAVE_UP
+    from atoll.errors import suggested
     from atoll.logs import launcher_rank
     from atoll.record import open_run
     from atoll.views.inspect import describe
+    from atoll.views.progress import take
 
+    resume = suggested("atoll", "resume", summary.run_dir)
     if launcher_rank() == 0:
         click.echo(describe(open_run(summary.run_dir), top=top))
         if summary.job < 0:
-            click.echo(f"\nNo job ran: the run's budget is spent. To extend it: 'atoll resume "
-                       f"{summary.run_dir} --set search.evaluations=N' with N above it.")
+            extend = suggested("atoll", "resume", summary.run_dir, "--set",
+                               "search.evaluations=N")
+            click.echo(f"\nNo job ran: the run's budget is spent. To extend it: {extend} with N "
+                       "above it.")
         elif summary.disk_full:
             click.echo(f"\nThis job: {summary.evaluations} evaluations; the record keeps those "
                        "written before the disk was full (above); results.h5: not written")
         else:
-            rate = summary.evaluations / summary.wall_seconds if summary.wall_seconds else 0.0
-            click.echo(f"\nThis job: {summary.evaluations} evaluations in "
-                       f"{summary.wall_seconds:.2f} s ({rate:.1f}/s); results: "
-                       f"{summary.results_file}")
+            done = take(summary.run_dir)  # the progress lines' numbers, from the same record
+            click.echo(f"\nThis job: {done.this_job} evaluations in "
+                       f"{done.job_stop - done.job_start:.2f} s from its start, set-up included "
+                       f"({done.rate:.2f}/s); results: {summary.results_file}")
         if summary.disk_full:
             click.echo(f"atoll: error: disk full: {summary.disk_full}; the rows written before "
-                       f"are kept: free some space, then 'atoll resume {summary.run_dir}' "
+                       f"are kept: free some space, then {resume} "
                        f"(exit code {summary.exit_code}).", err=True)
         elif summary.exit_code == EXIT_GAVE_UP:
             click.echo(f"Gave up: the objective kept failing (the error above); fix it, then "
-                       f"'atoll resume {shlex.quote(str(summary.run_dir))}' continues the run "
-                       f"(exit code {summary.exit_code}).", err=True)
+                       f"{resume} continues the run (exit code {summary.exit_code}).", err=True)
         elif summary.exit_code:
-            click.echo(f"Stopped before the budget was spent: continue with "
-                       f"'atoll resume {summary.run_dir}' (exit code {summary.exit_code}).")
+            click.echo(f"Stopped before the budget was spent: continue with {resume} "
+                       f"(exit code {summary.exit_code}).")
     sys.exit(summary.exit_code)
 
 
@@ -220,7 +224,8 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
     """Continue the run in RUN_DIR until its budget is spent, under any rank layout.
 
     \b
-    Example (a requeued job with another allocation):
+    Example (a requeued job with another allocation; with fewer cores than ranks, as on a
+    laptop: add --oversubscribe):
       mpirun -n 8 atoll resume runs/sphere --set search.islands=4
     """
     from atoll.job.runner import resume_search
@@ -257,13 +262,17 @@ def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
 @click.option("--plain", is_flag=True,
               help="Plain lines even on a terminal (the default in a file or a pipe).")
 @click.option("-v", "--verbose", is_flag=True, help="Also a line for every finished individual.")
+@click.option("--no-wait", is_flag=True,
+              help="Exit (code 2) if RUN_DIR is no Atoll run yet, instead of waiting for its "
+                   "job to begin (e.g. a job still pending after sbatch).")
 @click.option("--after", default=0.0, hidden=True, help="Follow the first job starting then.")
 @click.option("--parent", default=0, hidden=True, help="End when this process is gone.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: float, parent: int,
-          debug: bool) -> None:
+def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, no_wait: bool,
+          after: float, parent: int, debug: bool) -> None:
     """Follow a running search from another shell (reads its flushed files, no locks): done of
     the budget, rate, failures, best loss with its main metric, ETA. Ends when the job does.
+    Started before the job creates the run (right after sbatch), it waits for the run.
 
     \b
     Example (on a login node, while the job runs):
@@ -273,14 +282,48 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, after: flo
 
     live = sys.stdout.isatty() and not plain
     _guarded(lambda: follow(run_dir, interval=interval, live=live, each=verbose, after=after,
-                            parent=parent), debug)
+                            parent=parent, wait=not (no_wait or parent)), debug)
+
+
+@cli.command()
+@click.argument("run_dir", type=RunDir())
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def consolidate(run_dir: Path, debug: bool) -> None:
+    """Write RUN_DIR/results.h5 from the run's files now, for a killed or running run, without
+    resuming it (reads files only: no MPI, no torch).
+
+    A killed job's worker files stay marked as open for writing (HDF5's SWMR), so h5ls and a
+    plain h5py.File refuse them; results.h5 holds every row flushed so far in plain tables. A
+    running job writes it again when it ends.
+
+    \b
+    Example:
+      atoll consolidate runs/sphere
+    """
+    from atoll.collective import one_line
+    from atoll.errors import RecordError
+    from atoll.record import RunPaths
+    from atoll.record import consolidate as write_results
+
+    def write() -> Path:
+        try:
+            return write_results(RunPaths(run_dir))
+        except OSError as exc:  # a read-only or foreign run directory
+            raise RecordError(f"{one_line(exc)}: results.h5 not written; make {run_dir} "
+                              "writable, or copy the run elsewhere and consolidate the copy"
+                              ) from None
+
+    target = _guarded(write, debug)
+    click.echo(f"{target}: written from the run's files (nothing resumed); read it with "
+               "h5py.File(path) or h5ls -r")
 
 
 @cli.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config file of the search to check. Without it, the embedded default.")
 @click.option("--run-dir", type=click.Path(path_type=Path),
-              help="Where the run's record will be: checks HDF5 locking and free space there.")
+              help="The search's run directory: checks it as the search would (new, or the "
+                   "same search with budget left), and HDF5 locking and free space there.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, as for 'atoll search' (repeatable).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -288,13 +331,15 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
            debug: bool) -> None:
     """Check an allocation before a search: launch it exactly like the search.
 
-    Checks the MPI ranks and hosts, the rank layout the config gets, each worker's torch
-    process group (built, with a timed all_reduce), the GPU of every rank, HDF5 locking and
-    free space in the run directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
+    Checks what the search checks before it starts (the run directory: new, or the same search
+    with budget left; the objective's import on every rank and its preflight; the rank layout),
+    failing with the line the search would print; then the MPI ranks and hosts, each worker's
+    torch process group (built, with a timed all_reduce), the GPU of every rank, HDF5 locking
+    and free space in the run directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
     allowed), 2 a check failed (the search would fail here) or bad input; the same on every rank.
 
     \b
-    Example:
+    Example (with fewer cores than ranks, as on a laptop: add --oversubscribe):
       mpirun -n 4 atoll doctor --config examples/sphere.toml --run-dir runs/sphere \\
           --set search.ranks_per_worker=2
     """
@@ -307,6 +352,8 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
     report = _guarded(lambda: _mpi_job(lambda comm: run_doctor(config, run_dir, comm)), debug)
     if report.text:
         click.echo(report.text)
+        if report.refusal:
+            click.echo(f"atoll: error: {report.refusal}", err=True)
     sys.exit(report.exit_code)
 
 

@@ -1,11 +1,20 @@
 """Errors that reach the user as one clear line (the CLI prints them and exits 2)."""
 
+import shlex
+
 
 def described(exc: BaseException) -> str:
     """``Type: first line`` of an error, or just ``Type`` when it says nothing: how a failed
     individual, a failed import and another rank's crash are told in one line."""
     first = (str(exc).splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def suggested(*words: object) -> str:
+    """A command a message suggests, quoted so that it can be pasted into a shell (run
+    directories with spaces): ``'atoll resume runs/a'``, ``"atoll resume 'runs/my run'"``."""
+    text = shlex.join(str(word) for word in words)
+    return f'"{text}"' if "'" in text else f"'{text}'"
 
 
 class AtollError(Exception):

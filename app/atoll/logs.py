@@ -65,6 +65,25 @@ def _not_the_jobs(record: logging.LogRecord) -> bool:
     return not record.name.startswith(JOB_LOGGER)
 
 
+@contextlib.contextmanager
+def job_messages_on_rank_0(rank: int) -> Iterator[None]:
+    """For the Python API, where the user's script set up logging, or nothing did: while the
+    block runs, the console handlers (and Python's last-resort one) show job-level messages
+    on rank 0 only, as the command line's do; the rank log files keep them."""
+    if rank == 0:
+        yield
+        return
+    consoles = [*logging.getLogger().handlers, *([logging.lastResort] if logging.lastResort
+                                                 else [])]
+    for handler in consoles:
+        handler.addFilter(_not_the_jobs)
+    try:
+        yield
+    finally:
+        for handler in consoles:
+            handler.removeFilter(_not_the_jobs)
+
+
 RANK_FORMAT = "%(asctime)s rank {rank} host {host} worker {worker} %(levelname)s %(name)s: " \
     "%(message)s"
 

@@ -10,6 +10,7 @@ i.e. the search as configured would fail here (the code Atoll uses for every "ba
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import statistics
@@ -20,13 +21,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from atoll import record
+from atoll.collective import one_line
 from atoll.config import Config
 from atoll.engine.topology import Layout, build_topology
+from atoll.errors import AtollError, described
 from atoll.job.doctor_checks import (
     EXIT_READY,
     EXIT_WOULD_FAIL,
     FAIL,
     LOCK_VARIABLE,
+    OK,
     SKIP,
     Report,
     Row,
@@ -39,6 +44,9 @@ from atoll.job.doctor_checks import (
     render,
     space_rows,
 )
+from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same
+from atoll.job.preflight import preflight
+from atoll.objectives.loader import load_objective
 from atoll.record import RunPaths
 from atoll.record.checkpoints import checkpoint_bytes
 
@@ -182,6 +190,10 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
         rank, node, local_rank, config.distributed.backend, torch_present)), root=0)
     if rank == 0:
         rows += _rows_or_errors(cpus, cpu_rows) + _rows_or_errors(gpus, gpu_rows)
+    searched = _search_rows(comm, config, run_dir)
+    if rank == 0 and any(r.check == "budget" for r in searched):  # the run's, not a new one's
+        rows = [r for r in rows if r.check != "budget"]
+    rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
     rows += _process_groups(comm, config, layout, local_rank, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
@@ -191,7 +203,79 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
     code = EXIT_WOULD_FAIL if any(r.status == FAIL for r in rows) else EXIT_READY
     code = comm.bcast(code, root=0)
     header = f"atoll doctor: {size} rank(s) on {len(set(nodes))} host(s)"
-    return Report(tuple(rows), code, render(rows, header) if rank == 0 else "")
+    refusal = next((r.detail for r in searched if r.status == FAIL), "")
+    return Report(tuple(rows), code, render(rows, header) if rank == 0 else "", refusal)
+
+
+# --- what the search checks before its job begins ------------------------------------------
+
+def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[Row]:
+    """The search's own checks, in its order and with its functions: the plan (run directory,
+    budget, layout) on rank 0, the objective's import on every rank, its preflight on rank 0.
+    A failed row's detail is the line the search prints when it refuses to start (rows on
+    rank 0 only)."""
+    rank = comm.Get_rank()
+    planned = _plan_rows(config, run_dir, comm.Get_size()) if rank == 0 else []
+    beside = [config.objective.config_dir] if config.objective.config_dir else []
+    loaded: list[Any] = []
+    errors = comm.gather(_refusal(lambda: loaded.append(
+        load_objective(config.objective.name, beside))), root=0)
+    if rank != 0:
+        return []
+    failed = [e for e in errors or [] if e]
+    if failed:
+        return [*planned, Row("objective", FAIL, failed[0])]
+    error = _refusal(lambda: preflight(loaded[0], config))
+    has = "its preflight passed" if hasattr(loaded[0], "preflight") else "it has no preflight"
+    return [*planned, Row("objective", FAIL, error) if error else
+            Row("objective", OK, f"{config.objective.name}: imported on every rank; {has}")]
+
+
+def _plan_rows(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
+    """The job's plan as the search makes it: a new run, or the same search continued. The
+    plan's warnings (islands lowered to fit) are rows already: not logged a second time."""
+    planner = logging.getLogger(plan_new_or_same.__module__)
+    planner.disabled, before = True, planner.disabled
+    try:
+        return _planned(config, run_dir, world_size)
+    finally:
+        planner.disabled = before
+
+
+def _planned(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
+    if run_dir is None:
+        error = _refusal(lambda: record.check_record_fits(config.space))
+        return [Row("search space", FAIL, error)] if error else []
+    found: list[JobPlan] = []
+    error = _refusal(lambda: found.append(plan_new_or_same(record.RunPaths(run_dir), config,
+                                                             world_size)))
+    if error:
+        return [Row("layout" if error in _layout_errors(config, world_size) else
+                    "run directory", FAIL, error)]
+    plan = found[0]
+    if plan.nothing_left:
+        return [Row("budget", FAIL, budget_spent(run_dir, plan))]
+    if not plan.resumed:
+        return [Row("run directory", OK, f"{run_dir}: a new run")]
+    return [Row("run directory", OK, f"{run_dir}: the same search, continued by this job"),
+            Row("budget", OK, f"{plan.done} of {plan.budget} evaluations done: "
+                              f"{plan.budget - plan.done} left for this job")]
+
+
+def _layout_errors(config: Config, world_size: int) -> list[str]:
+    """The layout row's failure, if any (the plan fails with the same line)."""
+    return [r.detail for r in layout_rows(config, world_size)[1] if r.status == FAIL]
+
+
+def _refusal(action: Callable[[], Any]) -> str:
+    """'' if ``action`` passes, else the one line the search prints for its error."""
+    try:
+        action()
+    except (AtollError, OSError) as exc:
+        return one_line(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug, shown in the table, not a hang
+        return described(exc)
+    return ""
 
 
 def _local_rank(comm: MPI.Comm) -> int:

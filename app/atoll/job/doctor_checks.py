@@ -45,6 +45,7 @@ class Report:
     rows: tuple[Row, ...]
     exit_code: int
     text: str = ""
+    refusal: str = ""  # the line the search prints when it refuses to start here, if it does
 
 
 def ranks_text(ranks: Sequence[int]) -> str:

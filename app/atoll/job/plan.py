@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from atoll import record
@@ -24,7 +25,7 @@ from atoll.config import (
 )
 from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
-from atoll.errors import ConfigError
+from atoll.errors import ConfigError, suggested
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ class JobPlan:
 
     def begun(self, job: int) -> JobPlan:
         return replace(self, job=job)
+
+
+def budget_spent(run_dir: Path, plan: JobPlan) -> str:
+    """What a job says instead of starting on a run whose budget is spent (``atoll doctor``
+    fails with the same line)."""
+    extend = suggested("atoll", "resume", run_dir, "--set", "search.evaluations=N")
+    return (f"{run_dir}: the run's budget is spent ({plan.done} of {plan.budget} evaluations): "
+            f"no job was started; extend it with {extend}")
 
 
 def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
@@ -129,7 +138,7 @@ def job_layout(config: Config, world_size: int) -> Layout:
     per_worker, islands = config.search.ranks_per_worker, config.search.islands
     workers = world_size // per_worker
     if world_size % per_worker == 0 and 0 < workers < islands:
-        log.warning("search.islands=%d is more than the %d worker(s) of this job (%d ranks / %d "
+        log.warning("search.islands=%d is more than the %d worker(s) of this job (%d rank(s) / %d "
                     "per worker): running %d island(s); start more ranks for more islands",
                     islands, workers, world_size, per_worker, workers)
         islands = workers
@@ -149,4 +158,5 @@ def _same_search(paths: record.RunPaths, stored: dict[str, Any], config: Config)
             if dotted not in JOB_KEYS and section != "space" and old != value:
                 raise ConfigError(
                     f"{paths.run_dir}: holds a run with {dotted} = {old!r}, not {value!r}; "
-                    f"continue it with 'atoll resume {paths.run_dir}' or use a new run directory")
+                    f"continue it with {suggested('atoll', 'resume', paths.run_dir)} or use a "
+                    "new run directory")

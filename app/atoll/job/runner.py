@@ -32,15 +32,16 @@ from atoll.engine.stopping import (
 )
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
-from atoll.errors import AtollError, ObjectiveError, RecordError, described
+from atoll.errors import RecordError
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.strategy import ContinueFirst, Strategy
 from atoll.individual import FINISHED, Individual, Status
-from atoll.job.plan import JobPlan, plan_new_or_same, plan_resume, share
+from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, plan_resume, share
+from atoll.job.preflight import preflight
 from atoll.logs import rank_log
-from atoll.objectives.loader import check_preflight, load_objective
+from atoll.objectives.loader import load_objective
 from atoll.record import full
 from atoll.record.checkpoints import CheckpointStore
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim
@@ -117,16 +118,14 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
     draft = on_root(comm, plan)
     config = draft.config
     if draft.nothing_left:
-        log.warning("%s: the run's budget is spent (%d of %d evaluations): no job was started; "
-                    "extend it with 'atoll resume %s --set search.evaluations=N'", paths.run_dir,
-                    draft.done, draft.budget, paths.run_dir)
+        log.warning("%s", budget_spent(paths.run_dir, draft))
         written = on_root(comm, lambda: _results_now(paths))
         return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
                           results_file=written, exit_code=0)
     beside = [config.objective.config_dir] if config.objective.config_dir else []
     objective = on_all(comm, lambda: load_objective(config.objective.name, beside))
-    on_root(comm, lambda: _preflight(objective, config))
+    on_root(comm, lambda: preflight(objective, config))
     job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)
     with rank_log(paths.log_file(job.job, comm.Get_rank()), rank=comm.Get_rank(),
@@ -272,23 +271,6 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         population=population,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn])
     return Leader(loop, link, log_file, evaluator)
-
-
-def _preflight(objective: Objective, config: Config) -> None:
-    """An objective may check its options and data once before the job begins, through a
-    ``preflight(options, data_dir, parameter_names)`` attribute, so that bad input stops the
-    job with one line instead of failing every individual."""
-    name = config.objective.name
-    check = check_preflight(name, objective)
-    if check is None:
-        return
-    try:
-        check(config.objective.options, config.objective.data_dir or None, config.space.names)
-    except AtollError:
-        raise
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - bad input
-        raise ObjectiveError(f"objective.name: the preflight of {name!r} failed with "
-                             f"{described(exc)}") from None
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology

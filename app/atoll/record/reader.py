@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
-from atoll.errors import AtollError, RecordError
+from atoll.errors import AtollError, RecordError, suggested
 from atoll.individual import Status
 from atoll.record._h5 import (
     RESULTS_KIND,
@@ -166,7 +166,8 @@ def _hint(path: Path) -> str:
 def _results_hint(path: Path) -> str:
     """results.h5 is a copy made from the worker files; where they are, read those instead."""
     if RunPaths(path.parent).worker_files():
-        return f"read the run from its worker files instead: atoll inspect {path.parent}"
+        return ("read the run from its worker files instead: "
+                f"{suggested('atoll', 'inspect', path.parent)}")
     return "no worker files are beside it to read the run from; restore it from a backup"
 
 

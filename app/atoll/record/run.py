@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 import atoll
-from atoll.errors import AtollError, RecordError
+from atoll.errors import AtollError, RecordError, suggested
 from atoll.record import full
 from atoll.record._h5 import (
     RUN_KIND,
@@ -113,7 +113,8 @@ def check_new_run_dir(paths: RunPaths) -> None:
         raise RecordError(f"{run_dir}: is a file, not a directory; choose an empty or new "
                           "directory for the run")
     if paths.run_file.exists():
-        raise RecordError(f"{run_dir}: holds an Atoll run already; use 'atoll resume {run_dir}' "
+        raise RecordError(f"{run_dir}: holds an Atoll run already; use "
+                          f"{suggested('atoll', 'resume', run_dir)} "
                           "to continue it, or choose a new directory")
     if run_dir.is_dir():
         foreign = sorted(e.name for e in run_dir.iterdir() if not _tolerated(e, paths))

@@ -64,12 +64,12 @@ def _header(run: RunData) -> str:
 
 def _jobs(jobs: np.ndarray) -> list[str]:
     lines = [f"Jobs: {len(jobs)}"]
-    for row in jobs:
+    for index, row in enumerate(jobs):
         start, stop = float(row["start"]), float(row["stop"])
         if math.isfinite(stop):
             end = f"{_when(stop)} ({duration(stop - start)}), exit {int(row['exit_code'])}"
-        else:
-            end = "running or killed"
+        else:  # only the newest job may still run: an earlier one without an end was killed
+            end = "running or killed" if index == len(jobs) - 1 else "killed (no end recorded)"
         layout = " ".join(f"{k}={v}" for k, v in _json(row["layout"]).items())
         hosts = ",".join(_json(row["hosts"]))
         slurm = " ".join(f"{k}={v}" for k, v in _json(row["slurm"]).items())

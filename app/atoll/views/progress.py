@@ -21,9 +21,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from atoll.errors import RecordError
+from atoll.errors import RecordError, suggested
 from atoll.individual import FINISHED, Status
-from atoll.record import open_run, plain
+from atoll.record import RunPaths, open_run, plain
 from atoll.record.claim import held, running
 from atoll.views.facts import best_epoch_values, main_metric, value_name, values
 from atoll.views.inspect import duration
@@ -126,13 +126,20 @@ def _final(signum: int, frame: FrameType | None) -> None:
 
 
 def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
-           after: float = 0.0, parent: int = 0, out: TextIO = sys.stdout) -> Snapshot | None:
+           after: float = 0.0, parent: int = 0, wait: bool = False,
+           out: TextIO = sys.stdout) -> Snapshot | None:
     """Report progress until the job ends (the first one starting at or after ``after``), or
     until process ``parent`` is gone. ``live``: a live table on a terminal, else plain lines
     every ``interval`` seconds. A watcher started by a search (``parent``) prints its last line
-    at once when the search sends SIGTERM at its end."""
+    at once when the search sends SIGTERM at its end. ``wait``: a run directory that is no run
+    yet (a job still pending) is waited for, with a line saying so, instead of an error."""
     if parent:
         signal.signal(signal.SIGTERM, _final)
+    if wait and not RunPaths(run_dir).run_file.exists() and not run_dir.is_file():
+        print(f"[atoll] waiting for {run_dir} to become an Atoll run (its job has not begun "
+              "yet); Ctrl-C to stop", file=out, flush=True)
+        while not RunPaths(run_dir).run_file.exists():
+            time.sleep(LIVE_REFRESH)
     seen: set[int] | None = set() if each else None
     if seen is not None and after:
         seen.update(_ids_before(run_dir, after))
@@ -151,7 +158,7 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
             started = snap is not None and snap.job >= 0 and snap.job_start >= after
             if snap is not None and (started or not after):
                 show(snap)
-                if not snap.running:
+                if not snap.running and (snap.job >= 0 or not wait):  # waits for a first job
                     return snap
             if parent and not running(parent):
                 return snap
@@ -160,7 +167,8 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
                 if snap is not None and snap.running:
                     stop_live()
                     print(f"[atoll] job {snap.job} ended without recording its end (killed?); "
-                          f"'atoll resume {run_dir}' continues the run", file=out, flush=True)
+                          f"{suggested('atoll', 'resume', run_dir)} continues the run", file=out,
+                          flush=True)
                     return snap
             time.sleep(LIVE_REFRESH if live else interval)
     except _Final:
