@@ -32,7 +32,7 @@ from atoll.engine.stopping import (
 )
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
-from atoll.errors import RecordError
+from atoll.errors import RecordError, suggested
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
@@ -166,10 +166,10 @@ def _ending(paths: record.RunPaths, job: JobPlan, completed: int, disk_full: str
             start: float, comm: MPI.Comm) -> int:
     """The job's exit code, said in one line: why it stopped and what continues it."""
     done = job.done + completed
+    resume = suggested("atoll", "resume", paths.run_dir)
     if disk_full:
         log.warning("job stopped: %s; the rows written before are kept: free some space, "
-                    "then resume with 'atoll resume %s' (exit code %d)", disk_full,
-                    paths.run_dir, EXIT_DISK_FULL)
+                    "then resume with %s (exit code %d)", disk_full, resume, EXIT_DISK_FULL)
         return EXIT_DISK_FULL
     if stopped == GAVE_UP:
         if comm.Get_rank() == 0:
@@ -177,15 +177,14 @@ def _ending(paths: record.RunPaths, job: JobPlan, completed: int, disk_full: str
             mine = rows[(rows["started"] >= start) & (rows["status"] == int(Status.FAILED))]
             error, times, failed = commonest_error(str(e) for e in mine["error"])
             log.error("job stopped: %d evaluations failed and none of the run's succeeded; the "
-                      "commonest error (%d of %d): %s. Fix the objective, then 'atoll resume %s' "
-                      "continues this run (search.give_up_after = 0 never gives up; exit code "
-                      "%d)", failed, times, failed, error, paths.run_dir, EXIT_GAVE_UP)
+                      "commonest error (%d of %d): %s. Fix the objective, then %s continues "
+                      "this run (search.give_up_after = 0 never gives up; exit code %d)",
+                      failed, times, failed, error, resume, EXIT_GAVE_UP)
         return EXIT_GAVE_UP
     exit_code = 0 if done >= job.budget else EXIT_STOPPED
     if stopped or exit_code:
         log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
-                    "with 'atoll resume %s'", stopped or WALL_TIME, done, job.budget, exit_code,
-                    paths.run_dir)
+                    "with %s", stopped or WALL_TIME, done, job.budget, exit_code, resume)
     return exit_code
 
 
@@ -306,8 +305,8 @@ def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
             results = record.consolidate(paths, ending=(job, stop, exit_code))
         except full.DiskFull as exc:
             exit_code = EXIT_DISK_FULL
-            log.warning("results.h5 not written: %s; free some space, then 'atoll resume %s' "
-                        "writes it (exit code %d)", exc, paths.run_dir, exit_code)
+            log.warning("results.h5 not written: %s; free some space, then %s writes it (exit "
+                        "code %d)", exc, suggested("atoll", "resume", paths.run_dir), exit_code)
             disk_full = disk_full or str(exc)
         record.end_job(paths, job, stop=stop, exit_code=exit_code)
     except full.DiskFull as exc:
