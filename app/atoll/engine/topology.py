@@ -50,7 +50,8 @@ def plan_layout(world_size: int, ranks_per_worker: int, islands: int) -> Layout:
         raise LayoutError(f"search.islands: expected >= 1, got {islands}")
     if world_size % ranks_per_worker:
         raise LayoutError(
-            f"{world_size} MPI ranks cannot form workers of ranks_per_worker={ranks_per_worker}: "
+            f"{world_size} MPI rank{'' if world_size == 1 else 's'} cannot form workers of "
+            f"ranks_per_worker={ranks_per_worker}: "
             f"start a multiple of {ranks_per_worker} ranks or change search.ranks_per_worker")
     workers = world_size // ranks_per_worker
     if islands > workers:
