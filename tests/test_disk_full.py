@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from atoll.engine.stopping import EXIT_DISK_FULL
+from atoll.exit_codes import EXIT_DISK_FULL
 from atoll.record import open_run
 from conftest import ROOT, mpi_env, mpirun_atoll, run
 

@@ -57,7 +57,7 @@ def test_one_rank_bad_layout_exits_2_and_islands_lowered_to_fit_are_a_warning():
     done = run(atoll_cmd("doctor", "--config", SPHERE, "--set", "search.ranks_per_worker=2"))
     assert done.returncode == 2
     assert rows_of(done.stdout)["layout"] == [FAIL]
-    assert "1 MPI ranks cannot form workers of ranks_per_worker=2" in flat(done.stdout)
+    assert "1 MPI rank cannot form workers of ranks_per_worker=2" in flat(done.stdout)
     assert "the search would fail here (exit 2)" in flat(done.stdout)
     assert rows_of(done.stdout)["run directory"] == ["skip"]
 

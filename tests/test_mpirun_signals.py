@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from atoll.engine.restore import completed_count
-from atoll.engine.stopping import EXIT_STOPPED
+from atoll.exit_codes import EXIT_STOPPED
 from atoll.record import open_run
 from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, mpirun_cmd, run
 

@@ -18,8 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from atoll import __version__
-
-EXIT_BAD_INPUT = 2
+from atoll.exit_codes import EXIT_BAD_INPUT
 
 
 class RunDir(click.Path):
@@ -173,8 +172,8 @@ def _mpi_job(job: Callable[[Any], Any]) -> Any:
 
 def _finish(summary: Any, top: int) -> None:
     """Rank 0 prints the summary; every rank exits with the job's code (75: resume later)."""
-    from atoll.engine.stopping import EXIT_GAVE_UP
     from atoll.errors import suggested
+    from atoll.exit_codes import EXIT_GAVE_UP
     from atoll.logs import launcher_rank
     from atoll.record import open_run
     from atoll.views.inspect import describe

@@ -5,7 +5,7 @@ The rank that gets it sends a one-byte notice to every other rank on a private d
 world communicator; every rank checks for notices with a non-blocking probe where it waits
 anyway (the leader before breeding, followers while idle, all ranks in ``ctx.report``). The
 search then stops breeding, ends evaluations at their next epoch boundary, flushes, and the job
-exits with :data:`EXIT_STOPPED` so that a job script can resume it.
+exits with :data:`atoll.exit_codes.EXIT_STOPPED` so that a job script can resume it.
 """
 
 from __future__ import annotations
@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early, resume to continue
-EXIT_DISK_FULL = 74  # EX_IOERR: stopped because a record file could not be written (disk
-# full, quota): free space, then resume; a job script must not resubmit into a full disk
-EXIT_GAVE_UP = 70  # EX_SOFTWARE: evaluations kept failing and none succeeded: fix the
-# objective, then resume
 DISK_FULL = "disk full"
 _NOTICE_TAG = 75
 WALL_TIME = "wall time"

@@ -26,9 +26,8 @@ from atoll.collective import one_line
 from atoll.config import Config
 from atoll.engine.topology import Layout, build_topology
 from atoll.errors import AtollError, described
+from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.doctor_checks import (
-    EXIT_READY,
-    EXIT_WOULD_FAIL,
     FAIL,
     LOCK_VARIABLE,
     OK,
@@ -200,7 +199,7 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
     elif rank == 0:
         rows.append(Row("run directory", SKIP, "no --run-dir given: HDF5 locking and free "
                                                "space not checked"))
-    code = EXIT_WOULD_FAIL if any(r.status == FAIL for r in rows) else EXIT_READY
+    code = EXIT_BAD_INPUT if any(r.status == FAIL for r in rows) else EXIT_OK
     code = comm.bcast(code, root=0)
     header = f"atoll doctor: {size} rank(s) on {len(set(nodes))} host(s)"
     refusal = next((r.detail for r in searched if r.status == FAIL), "")

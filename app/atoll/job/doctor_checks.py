@@ -16,11 +16,10 @@ from typing import Any
 from atoll.config import Config
 from atoll.engine.topology import Layout
 from atoll.errors import AtollError
+from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.plan import job_layout, run_budget
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
-EXIT_READY = 0
-EXIT_WOULD_FAIL = 2
 LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
 WORKER_FILE_BASE = 128 * 1024
 """Bytes of a worker file before its first row beyond the first chunk of each table (measured
@@ -257,6 +256,6 @@ def render(rows: Sequence[Row], header: str, width: int = 100) -> str:
         lines.extend(indent + more for more in wrapped[1:])
     failed = sum(r.status == FAIL for r in rows)
     warned = sum(r.status == WARN for r in rows)
-    verdict = (f"{failed} check(s) failed: the search would fail here (exit {EXIT_WOULD_FAIL})"
-               if failed else f"ready ({warned} warning(s); exit {EXIT_READY})")
+    verdict = (f"{failed} check(s) failed: the search would fail here (exit {EXIT_BAD_INPUT})"
+               if failed else f"ready ({warned} warning(s); exit {EXIT_OK})")
     return "\n".join([*lines, "", verdict])

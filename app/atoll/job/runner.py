@@ -24,9 +24,6 @@ from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population, to_continue
 from atoll.engine.stopping import (
     DISK_FULL,
-    EXIT_DISK_FULL,
-    EXIT_GAVE_UP,
-    EXIT_STOPPED,
     WALL_TIME,
     StopFlag,
 )
@@ -37,6 +34,7 @@ from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.strategy import ContinueFirst, Strategy
+from atoll.exit_codes import EXIT_DISK_FULL, EXIT_GAVE_UP, EXIT_STOPPED
 from atoll.individual import FINISHED, Individual, Status
 from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, plan_resume, share
 from atoll.job.preflight import preflight

@@ -1,0 +1,14 @@
+"""The exit codes of ``atoll search``, ``atoll resume`` and ``atoll doctor``, in one place:
+job scripts act on them (jobscripts/common.sh keeps the same numbers)."""
+
+EXIT_OK = 0
+"""search/resume: the run's budget is spent; doctor: ready."""
+EXIT_BAD_INPUT = 2
+"""Bad input (config, space, layout, run directory, record); doctor: the search would refuse."""
+EXIT_GAVE_UP = 70
+"""EX_SOFTWARE: evaluations kept failing and none succeeded; fix the objective, then resume."""
+EXIT_DISK_FULL = 74
+"""EX_IOERR: a record file could not be written (disk full, quota); free space, then resume.
+A job script must not resubmit into a full disk."""
+EXIT_STOPPED = 75
+"""EX_TEMPFAIL: stopped early (a signal, the wall time); resume to continue."""
