@@ -196,11 +196,12 @@ atoll_script() {
     echo "$script"
 }
 
-# The command that continues the run by hand (with this job's other ATOLL_* settings).
+# The command that continues the run by hand (with this job's other ATOLL_* settings);
+# arguments are more sbatch options.
 atoll_continue_command() {
     local options=() command
     mapfile -t options < <(atoll_successor_options)
-    command=$(printf ' %q' sbatch "${options[@]}" "$(atoll_script)" "${ATOLL_SCRIPT_ARGS[@]}")
+    command=$(printf ' %q' sbatch "${options[@]}" "$@" "$(atoll_script)" "${ATOLL_SCRIPT_ARGS[@]}")
     if [[ -n "${ATOLL_PROFILE:-}" ]]; then
         command=" ATOLL_PROFILE=$(printf '%q' "$ATOLL_PROFILE")$command"
     fi
@@ -214,7 +215,7 @@ atoll_resubmit() {
     index=$(atoll_chain_index)
     if ((index + 1 >= limit)); then
         atoll_log "not resubmitting: ATOLL_MAX_JOBS=$limit jobs ran; resume by hand:" \
-            "$(atoll_continue_command)"
+            "$(atoll_continue_command "${more[@]}")"
         return 1
     fi
     if [[ "$mode" == requeue ]]; then
@@ -234,7 +235,7 @@ atoll_resubmit() {
         --dependency="afterany:$SLURM_JOB_ID" --export="ALL,ATOLL_CHAIN_INDEX=$((index + 1))" \
         "$(atoll_script)" "${ATOLL_SCRIPT_ARGS[@]}"); then
         atoll_log "could not chain a successor (sbatch failed); continue with:" \
-            "$(atoll_continue_command) ${more[*]}"
+            "$(atoll_continue_command "${more[@]}")"
         return 1
     fi
     atoll_log "chained job $next to resume after this one"

@@ -384,10 +384,9 @@ def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
     that excludes it; this cluster has no third node, so sbatch refuses that successor and the
     job prints the command instead. Last in this file: it restarts the node."""
     run_dir = tmp_path / "run"
-    env_args = "--nodes=2"
     try:
         job, _ = submitted(slurm, tmp_path, run_dir, "search.generations=300",
-                           ATOLL_SBATCH_ARGS=env_args)
+                           ATOLL_SBATCH_ARGS="--nodes=2")
         wait_until_searching(run_dir, tmp_path)
         slurm.lose_node("n2")
         deadline = time.monotonic() + 90
@@ -396,7 +395,8 @@ def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
         log = job_logs(tmp_path)
         assert "node(s) n2 of this job did not answer: lost with the search" in log, log
         assert "could not chain a successor (sbatch failed); continue with:" in log
-        assert "--exclude=n2" in log.split("continue with:")[-1]
-        assert completed_count(open_run(run_dir).individuals) > 0
+        command = log.split("continue with: ")[-1].splitlines()[0]
+        assert f"--exclude=n2 {JOBSCRIPTS / 'cpu.sbatch'} {SLOW} {run_dir}" in command
+        assert np.isnan(open_run(run_dir).jobs["stop"][0])  # readable: the job was killed
     finally:
         slurm.restart_node("n2")
