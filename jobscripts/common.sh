@@ -38,7 +38,7 @@ atoll_chain_index() {
 atoll_why_terminated() {
     local info restarts
     info=" $(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null)"
-    restarts=$(grep -o " Restarts=[0-9]*" <<<"$info" | cut -d= -f2)
+    restarts=$(grep -o " Restarts=[0-9]*" <<<"$info" | cut -d= -f2) || true
     if ((${restarts:-0} > ${SLURM_RESTART_COUNT:-0})); then
         echo requeue
     elif [[ "$info" == *" Reason=TimeLimit "* ]]; then
@@ -160,7 +160,7 @@ atoll_job_shape() {
     local info field value
     info=" $(scontrol show job -o "$SLURM_JOB_ID")"
     for field in NumNodes NumTasks CPUs/Task TimeLimit Partition Account QOS TresPerNode; do
-        value=$(grep -o " $field=[^ ]*" <<<"$info" | head -n 1 | cut -d= -f2-)
+        value=$(grep -o " $field=[^ ]*" <<<"$info" | head -n 1 | cut -d= -f2-) || true
         if [[ -z "$value" || "$value" == "(null)" || "$value" == UNLIMITED ]]; then
             continue
         fi
@@ -172,7 +172,8 @@ atoll_job_shape() {
             Partition) echo "--partition=$value" ;;
             Account) echo "--account=$value" ;;
             QOS) echo "--qos=$value" ;;
-            TresPerNode) [[ "$value" == gres[:/]gpu* ]] && echo "--gres=${value#gres?}" ;;
+            TresPerNode)
+                if [[ "$value" == gres[:/]gpu* ]]; then echo "--gres=${value#gres?}"; fi ;;
         esac
     done
 }
@@ -271,7 +272,8 @@ atoll_lost_nodes() {
     fi
     # shellcheck disable=SC2016  # the task expands it
     answered=$(timeout -k 5 30 srun --overlap --nodes="$nodes" --ntasks="$nodes" \
-        --ntasks-per-node=1 --cpus-per-task=1 bash -c 'echo "$SLURMD_NODENAME"' 2>/dev/null)
+        --ntasks-per-node=1 --cpus-per-task=1 bash -c 'echo "$SLURMD_NODENAME"' 2>/dev/null) \
+        || true  # the nodes that answered are listed all the same
     for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
         grep -qx "$node" <<<"$answered" || echo "$node"
     done
