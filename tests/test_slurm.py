@@ -348,6 +348,11 @@ def test_a_stop_file_ends_the_chain_after_the_running_job(slurm, tmp_path):
     again = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
                        str(run_dir)], env, tmp_path)
     assert again.returncode == 2 and "stop-chain exists" in again.stderr, again.stderr
+    code, log = sbatch_wait(slurm, ["--ntasks-per-node=2", "--cpus-per-task=1",
+                                    str(JOBSCRIPTS / "cpu.sbatch"), SLOW, str(run_dir)], env,
+                            tmp_path)  # without submit: the job itself refuses to start
+    assert code == 0 and "the chain is stopped, not starting; remove it" in log, log
+    assert len(jobs_table(run_dir)) == 1
 
 
 def test_requeue_of_a_chained_job_is_its_only_successor(slurm, tmp_path):
