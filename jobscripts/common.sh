@@ -209,10 +209,13 @@ atoll_continue_command() {
     echo "${command# }"
 }
 
-# Submit the next job of the chain (after this one ends), or requeue this one; arguments are
-# more sbatch options for it. Returns 0 if a successor will run, 1 if the chain ends here.
+# Submit the next job of the chain (after this one ends), or requeue this one; the argument,
+# if any, names nodes it must not use. Returns 0 if a successor will run, 1 if the chain ends.
 atoll_resubmit() {
-    local mode="${ATOLL_RESUBMIT:-chain}" index limit="${ATOLL_MAX_JOBS:-50}" more=("$@")
+    local mode="${ATOLL_RESUBMIT:-chain}" index limit="${ATOLL_MAX_JOBS:-50}" more=()
+    if [[ -n "${1:-}" ]]; then
+        more=(--exclude="$1")
+    fi
     index=$(atoll_chain_index)
     if ((index + 1 >= limit)); then
         atoll_log "not resubmitting: ATOLL_MAX_JOBS=$limit jobs ran; resume by hand:" \
@@ -223,8 +226,8 @@ atoll_resubmit() {
         atoll_log "requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0})"
         trap '' USR1 TERM  # the requeue's own SIGTERM
         scontrol requeue "$SLURM_JOB_ID"
-        if [[ ${#more[@]} -gt 0 ]]; then
-            scontrol update JobId="$SLURM_JOB_ID" "${more[0]/--exclude=/ExcNodeList=}" || true
+        if [[ -n "${1:-}" ]]; then
+            scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$1" || true
         fi
         return 0
     fi
@@ -283,21 +286,26 @@ atoll_lost_nodes() {
 # successor (without the lost nodes) if a node was lost, else print how to continue.
 atoll_search_failed() {
     local code="$1" lost
-    if [[ -n "$atoll_term_cause" ]]; then
-        atoll_log "atoll search exited $code after SIGTERM ($atoll_term_cause): not" \
-            "resubmitting; continue with: $(atoll_continue_command)"
-        return 0
-    fi
+    case "$atoll_term_cause" in
+        requeue)
+            atoll_log "atoll search exited $code; SLURM requeued this job: the requeued job" \
+                "resumes the run"
+            return ;;
+        ?*)
+            atoll_log "atoll search exited $code after SIGTERM ($atoll_term_cause): not" \
+                "resubmitting; continue with: $(atoll_continue_command)"
+            return ;;
+    esac
     lost=$(atoll_lost_nodes | paste -sd, -)
     if [[ -z "$lost" ]]; then
         atoll_log "atoll search exited $code: stopping (no resubmission); the rows flushed" \
             "before are kept: read the rank logs (RUN_DIR/logs), then continue with:" \
             "$(atoll_continue_command)"
-        return 1
+        return
     fi
     atoll_log "atoll search exited $code and node(s) $lost of this job did not answer: lost" \
         "with the search (the rows flushed before are kept); resubmitting without them"
-    atoll_resubmit --exclude="$lost"
+    atoll_resubmit "$lost" || true
 }
 
 # One worker per node's GPUs unless ATOLL_RANKS_PER_WORKER says otherwise; it must divide the
@@ -376,7 +384,7 @@ atoll_job() {
         "$ATOLL_EXIT_DISK_FULL")
             atoll_log "the run directory's disk is full (or over quota): not resubmitting; free" \
                 "space, then submit again (the run resumes)" ;;
-        *) atoll_search_failed "$code" || true ;;
+        *) atoll_search_failed "$code" ;;
     esac
     return "$code"
 }
