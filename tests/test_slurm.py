@@ -391,6 +391,23 @@ def test_max_jobs_bounds_a_requeue_chain(slurm, tmp_path):
     assert wasted >= CRED_EXPIRE  # SLURM holds a requeued job for the credential lifetime
 
 
+def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
+    """When the time-limit signal does not come (here SIGURG instead, which the batch shell
+    ignores), SLURM's SIGTERM at the limit is told from a cancel by the job's reason
+    (TimeLimit): the job saves within KillWait and chains its successor."""
+    run_dir = tmp_path / "run"
+    submitted(slurm, tmp_path, run_dir, "search.generations=250", "objective.options.sleep=0.4",
+              ATOLL_SBATCH_ARGS="--time=1 --signal=B:URG@30")  # 100 s per worker
+    wait_for_queue_empty(slurm, 300)
+    log = job_logs(tmp_path)
+    assert "SIGTERM (time limit): stopping the running step" in log, log
+    assert "chained job" in log and "time-limit signal" not in log
+    jobs = jobs_table(run_dir)
+    assert jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
+    table = individuals(run_dir)
+    assert completed(table) == 500 and len(np.unique(table["id"])) == len(table)
+
+
 def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
     """A node's slurmd, steps and tasks killed mid-search: MPI ends the step (exit 14), and
     the job used to stop with no word of the node. Now it names the node and chains a successor
