@@ -178,8 +178,9 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
 
 def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
     """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
-    time-limit check runs every 30 s), mid-search; the job stops, exits 75 and chains the
-    next, which resumes. The record must hold every evaluation of the budget exactly once."""
+    time-limit check runs every 30 s), mid-search; the search stops with 75, the job chains
+    the next (and exits 0, its part done), which resumes. The record must hold every
+    evaluation of the budget exactly once."""
     run_dir = tmp_path / "run"
     # through submit: ATOLL_SBATCH_ARGS are the options every job of the chain gets
     env = job_env(slurm, ATOLL_PREFLIGHT="0",
