@@ -2,8 +2,10 @@
 
 Everything lives in one temporary directory (configs, state, logs, fake GPU device files);
 the daemons run in the foreground as children of the test session and are stopped by their
-PIDs. Each node has 4 CPUs (``SlurmdParameters=config_overrides`` lets it claim more than the
-host has) and 4 fake GPUs: character devices that SLURM hands out through ``--gres`` and
+PIDs. A requeued job waits for the credential lifetime (``cred_expire``, 120 s by default,
+10 s here) before it is eligible again. Each node has 4 CPUs
+(``SlurmdParameters=config_overrides`` lets it claim more than the host has) and 4 fake GPUs:
+character devices that SLURM hands out through ``--gres`` and
 ``CUDA_VISIBLE_DEVICES`` (torch sees no CUDA device behind them).
 """
 
@@ -17,11 +19,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import alive
+from conftest import alive, descendants
 
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 4
 GPUS_PER_NODE = 4
+CRED_EXPIRE = 10
+"""Seconds a requeued job waits before it is eligible (SLURM's default: 120)."""
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol")
 
 
@@ -74,9 +78,28 @@ class SlurmCluster:
         self._daemon("slurmctld", [_tool("slurmctld"), "-D", "-c", "-f", str(self.conf)],
                      self.env)
         for node in NODES:
-            conf = self.root / f"etc-{node}" / "slurm.conf"
-            self._daemon(f"slurmd-{node}", [_tool("slurmd"), "-D", "-N", node, "-f", str(conf)],
-                         {**os.environ, "SLURM_CONF": str(conf)})
+            self._slurmd(node)
+        self._wait_idle(timeout)
+
+    def _slurmd(self, node: str) -> None:
+        conf = self.root / f"etc-{node}" / "slurm.conf"
+        self._daemon(f"slurmd-{node}", [_tool("slurmd"), "-D", "-N", node, "-f", str(conf)],
+                     {**os.environ, "SLURM_CONF": str(conf)})
+
+    def lose_node(self, node: str) -> None:
+        """Kill ``node`` as a failing node would end: its slurmd, its job steps' slurmstepd
+        and their tasks, all at once (SIGKILL)."""
+        daemon = self.procs[f"slurmd-{node}"]
+        victims = [daemon.pid, *self.stepds(node)]
+        victims += [child for pid in victims for child in descendants(pid)]
+        for pid in victims:
+            _signal(pid, signal.SIGKILL)
+        daemon.wait()
+
+    def restart_node(self, node: str, timeout: float = 60) -> None:
+        """Start ``node``'s slurmd again after :meth:`lose_node`; returns once both nodes are
+        idle (the lost node's jobs have been cleaned up)."""
+        self._slurmd(node)
         self._wait_idle(timeout)
 
     def _start_munge(self) -> None:
@@ -109,7 +132,7 @@ ClusterName=atolltest
 SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={self.socket}
+AuthInfo=socket={self.socket},cred_expire={CRED_EXPIRE}
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -202,15 +225,16 @@ OverSubscribe=FORCE:4
             if alive(pid):
                 _signal(pid, signal.SIGKILL)
 
-    def stepds(self) -> list[int]:
-        """The slurmstepd processes of this cluster's slurmd: they detach from it, and are
-        known by the slurmd log file of ours that they keep open."""
+    def stepds(self, node: str = "") -> list[int]:
+        """The slurmstepd processes of this cluster's slurmd (of ``node`` only, if given): they
+        detach from it, and are known by the slurmd log file of ours that they keep open."""
+        mine = str(self.root / "log" / f"slurmd-{node}.log") if node else str(self.root)
         found = []
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 if not (proc / "cmdline").read_bytes().startswith(b"slurmstepd"):
                     continue
-                if any(os.readlink(fd).startswith(str(self.root)) for fd in
+                if any(os.readlink(fd).startswith(mine) for fd in
                        (proc / "fd").iterdir()):
                     found.append(int(proc.name))
             except OSError:

@@ -6,20 +6,24 @@ why; with CI=true they fail instead, so that CI always runs them (.ci/run instal
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
+from atoll.engine.restore import completed_count
+from atoll.record import open_run
 from conftest import BIN, ROOT, mpi_env
-from slurm_cluster import SlurmCluster, missing_tools
+from slurm_cluster import CRED_EXPIRE, SlurmCluster, missing_tools
 
 JOBSCRIPTS = ROOT / "jobscripts"
 SCRIPTS = sorted(JOBSCRIPTS.glob("*.sbatch"))
@@ -106,8 +110,6 @@ def jobs_table(run_dir: Path) -> np.ndarray:
 
 
 def completed(table: np.ndarray) -> int:
-    from atoll.engine.restore import completed_count
-
     return completed_count(table)
 
 
@@ -143,6 +145,11 @@ def test_cpu_script_runs_a_search_with_staging_and_preflight(slurm, tmp_path):
     assert "the run's budget is spent: done" in log
     table = individuals(run_dir)
     assert completed(table) == 40 and len(np.unique(table["id"])) == len(table)
+    (output,) = tmp_path.glob("job-*.out")
+    slurm_start = datetime.fromisoformat(job_field(slurm, output.stem[4:], "StartTime"))
+    startup = table["started"].min() - slurm_start.timestamp()
+    print(f"link start-up (staging, preflight): {startup:.1f} s to the first evaluation")
+    assert 0 < startup < 120
     (job,) = jobs_table(run_dir)
     assert job["exit_code"] == 0 and '"world_size":2' in job["layout"].decode()
 
@@ -171,8 +178,9 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
 
 def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
     """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
-    time-limit check runs every 30 s), mid-search; the job stops, exits 75 and chains the
-    next, which resumes. The record must hold every evaluation of the budget exactly once."""
+    time-limit check runs every 30 s), mid-search; the search stops with 75, the job chains
+    the next (and exits 0, its part done), which resumes. The record must hold every
+    evaluation of the budget exactly once."""
     run_dir = tmp_path / "run"
     # through submit: ATOLL_SBATCH_ARGS are the options every job of the chain gets
     env = job_env(slurm, ATOLL_PREFLIGHT="0",
@@ -185,10 +193,12 @@ def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp
     code = done.returncode
     wait_for_queue_empty(slurm, 150)
     log = "\n".join(p.read_text() for p in sorted(tmp_path.glob("job-*.out")))
-    assert code == 75, log  # the first job stopped early and asked to be resumed
+    assert code == 0, log  # the first job stopped early, chained its successor: its part done
     jobs = jobs_table(run_dir)
     assert len(jobs) >= 2 and jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
     assert "time-limit signal" in log and "chained job" in log
+    assert not list(tmp_path.glob("atoll-*.out"))  # successors kept ATOLL_SBATCH_ARGS' --output
+    print(f"chain: {dead_time(run_dir):.1f} s without an evaluation between two jobs")
     table = individuals(run_dir)
     assert completed(table) == 2 * generations, log
     assert len(np.unique(table["id"])) == len(table)
@@ -307,3 +317,159 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
 
 def test_slurm_tests_use_this_python():
     assert Path(sys.executable).parent == BIN
+
+
+# --- stopping a chain, requeues, lost nodes -------------------------------------------------
+
+def submitted(cluster: SlurmCluster, tmp_path: Path, run_dir: Path, *settings: str,
+              **env_extra: str) -> tuple[str, dict[str, str]]:
+    """Submit a slow search through `submit` (no preflight); (its job id, the environment)."""
+    env = job_env(cluster, ATOLL_PREFLIGHT="0", **env_extra)
+    env["ATOLL_SBATCH_ARGS"] = (f"--parsable --output={tmp_path}/job-%j.out --nodes=1 "
+                                + env.get("ATOLL_SBATCH_ARGS", ""))
+    args = [item for setting in settings for item in ("--set", setting)]
+    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
+                      str(run_dir), *args], env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip(), env
+
+
+def wait_until_searching(run_dir: Path, tmp_path: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not list(run_dir.glob("workers/*.h5")):
+        time.sleep(0.2)
+    assert list(run_dir.glob("workers/*.h5")), job_logs(tmp_path)
+    time.sleep(1.0)  # inside the search
+
+
+def job_logs(tmp_path: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted(tmp_path.glob("job-*.out")))
+
+
+def job_field(cluster: SlurmCluster, job: str, field: str) -> str:
+    info = slurm_run(["scontrol", "show", "job", "-o", job], cluster.env, Path.cwd()).stdout
+    return next((w.split("=", 1)[1] for w in info.split() if w.startswith(f"{field}=")), "")
+
+
+def dead_time(run_dir: Path) -> float:
+    """Seconds from the last evaluation of the run's first job to the first of its second."""
+    jobs, table = jobs_table(run_dir), individuals(run_dir)
+    first = table[table["finished"] <= jobs["stop"][0]]
+    second = table[table["started"] >= jobs["start"][1]]
+    return float(second["started"].min() - first["finished"].max())
+
+
+@pytest.mark.parametrize("mode", ["chain", "requeue"])
+def test_scancel_stops_the_chain_for_good(slurm, tmp_path, mode):
+    """A cancel sends SIGTERM like the time limit does; it used to chain (or requeue) a
+    successor. Now only the time-limit signal chains: the run stops, saved, and says how to
+    continue."""
+    run_dir = tmp_path / "run"
+    job, _ = submitted(slurm, tmp_path, run_dir, "search.generations=300",
+                       ATOLL_RESUBMIT=mode)
+    wait_until_searching(run_dir, tmp_path)
+    slurm_run(["scancel", job], slurm.env, tmp_path)
+    wait_for_queue_empty(slurm, 60)
+    log = job_logs(tmp_path)
+    assert "cancelled (scancel): the chain stops here; continue with:" in log, log
+    assert "chained job" not in log and "requeueing" not in log
+    assert job_field(slurm, job, "Restarts") == "0" and len(jobs_table(run_dir)) == 1
+    assert 0 < completed(individuals(run_dir)) < 600
+
+
+def test_a_stop_file_ends_the_chain_after_the_running_job(slurm, tmp_path):
+    run_dir = tmp_path / "run"
+    job, env = submitted(slurm, tmp_path, run_dir, "search.generations=300",
+                         "search.wall_time=3")  # stops by itself with 75
+    wait_until_searching(run_dir, tmp_path)
+    (run_dir / "stop-chain").touch()
+    wait_for_queue_empty(slurm, 60)
+    log = job_logs(tmp_path)
+    assert f"{run_dir}/stop-chain exists: the chain stops here" in log, log
+    assert "chained job" not in log and int(jobs_table(run_dir)["exit_code"][0]) == 75
+    assert job_field(slurm, job, "ExitCode") == "75:0"  # not continued: not done either
+    again = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
+                       str(run_dir)], env, tmp_path)
+    assert again.returncode == 2 and "stop-chain exists" in again.stderr, again.stderr
+    code, log = sbatch_wait(slurm, ["--ntasks-per-node=2", "--cpus-per-task=1",
+                                    str(JOBSCRIPTS / "cpu.sbatch"), SLOW, str(run_dir)], env,
+                            tmp_path)  # without submit: the job itself refuses to start
+    assert code == 0 and "the chain is stopped, not starting; remove it" in log, log
+    assert len(jobs_table(run_dir)) == 1
+
+
+def test_requeue_of_a_chained_job_is_its_only_successor(slurm, tmp_path):
+    """`scontrol requeue` (or preemption) both requeues a job and makes it stop with 75: the
+    job used to chain a successor as well, two jobs on one run."""
+    run_dir = tmp_path / "run"
+    job, _ = submitted(slurm, tmp_path, run_dir, "search.generations=60",
+                       "objective.options.sleep=0.1")
+    wait_until_searching(run_dir, tmp_path)
+    slurm_run(["scontrol", "requeue", job], slurm.env, tmp_path)
+    wait_for_queue_empty(slurm, 120)
+    log = job_logs(tmp_path)
+    assert "SLURM requeued this job (scontrol requeue or preemption)" in log, log
+    assert "chained job" not in log and "job 1 of the chain" in log
+    jobs = jobs_table(run_dir)
+    assert list(jobs["exit_code"]) == [75, 0], log
+    assert {json.loads(j)["SLURM_JOB_ID"] for j in jobs["slurm"]} == {job}
+    table = individuals(run_dir)
+    assert completed(table) == 120 and len(np.unique(table["id"])) == len(table)
+    print(f"requeue: {dead_time(run_dir):.0f} s without an evaluation "
+          f"(cred_expire={CRED_EXPIRE} s)")
+
+
+def test_max_jobs_bounds_a_requeue_chain(slurm, tmp_path):
+    """In requeue mode the chain index never grew: every run was "job 0 of the chain"."""
+    run_dir = tmp_path / "run"
+    job, _ = submitted(slurm, tmp_path, run_dir, "search.generations=300",
+                       "search.wall_time=2", ATOLL_RESUBMIT="requeue", ATOLL_MAX_JOBS="2")
+    wait_for_queue_empty(slurm, 120)
+    log = job_logs(tmp_path)
+    assert "job 1 of the chain" in log and "requeueing" in log, log
+    assert "not resubmitting: ATOLL_MAX_JOBS=2 jobs ran; resume by hand:" in log
+    assert len(jobs_table(run_dir)) == 2 and job_field(slurm, job, "Restarts") == "1"
+    wasted = dead_time(run_dir)
+    print(f"requeue: {wasted:.0f} s without an evaluation (cred_expire={CRED_EXPIRE} s)")
+    assert wasted >= CRED_EXPIRE  # SLURM holds a requeued job for the credential lifetime
+
+
+def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
+    """When the time-limit signal does not come (here SIGURG instead, which the batch shell
+    ignores), SLURM's SIGTERM at the limit is told from a cancel by the job's reason
+    (TimeLimit): the job saves within KillWait and chains its successor."""
+    run_dir = tmp_path / "run"
+    submitted(slurm, tmp_path, run_dir, "search.generations=250", "objective.options.sleep=0.4",
+              ATOLL_SBATCH_ARGS="--time=1 --signal=B:URG@30")  # 100 s per worker
+    wait_for_queue_empty(slurm, 300)
+    log = job_logs(tmp_path)
+    assert "SIGTERM (time limit): stopping the running step" in log, log
+    assert "chained job" in log and "time-limit signal" not in log
+    jobs = jobs_table(run_dir)
+    assert jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
+    table = individuals(run_dir)
+    assert completed(table) == 500 and len(np.unique(table["id"])) == len(table)
+
+
+def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
+    """A node's slurmd, steps and tasks killed mid-search: MPI ends the step (exit 14), and
+    the job used to stop with no word of the node. Now it names the node and chains a successor
+    that excludes it; this cluster has no third node, so sbatch refuses that successor and the
+    job prints the command instead. Last in this file: it restarts the node."""
+    run_dir = tmp_path / "run"
+    try:
+        job, _ = submitted(slurm, tmp_path, run_dir, "search.generations=300",
+                           ATOLL_SBATCH_ARGS="--nodes=2")
+        wait_until_searching(run_dir, tmp_path)
+        slurm.lose_node("n2")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and job_field(slurm, job, "JobState") == "RUNNING":
+            time.sleep(1)
+        log = job_logs(tmp_path)
+        assert "node(s) n2 of this job did not answer: lost with the search" in log, log
+        assert "could not chain a successor (sbatch failed); continue with:" in log
+        command = log.split("continue with: ")[-1].splitlines()[0]
+        assert f"--exclude=n2 {JOBSCRIPTS / 'cpu.sbatch'} {SLOW} {run_dir}" in command
+        assert np.isnan(open_run(run_dir).jobs["stop"][0])  # readable: the job was killed
+    finally:
+        slurm.restart_node("n2")

@@ -1,7 +1,8 @@
-"""Stop signals that arrive before a job can stop cleanly: while Python starts, the config is
-read and MPI comes up. SLURM may send one at any moment; without a handler it would kill the
-rank (exit 138 for SIGUSR1). Caught here from the first moment of a search or resume, and
-turned into a stop request when the job's own handlers take over."""
+"""Stop signals that arrive when a job cannot act on them: while Python starts, the config is
+read and MPI comes up, and again once the job has stopped and the process exits. SLURM and users
+may send one at any moment, and repeat it; without a handler it would kill the rank (exit 138
+for SIGUSR1). Caught here from the first moment of a search or resume, and turned into a stop
+request when the job's own handlers take over; ignored from the job's end on."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def catch_early() -> None:
 
 def _remember(signum: int, frame: FrameType | None) -> None:
     _caught.append(signum)
+
+
+def ignore_from_now() -> None:
+    """Ignore the stop signals until the process exits: the job has saved and set its exit
+    code. A Python handler would not do: the interpreter resets those to the default while it
+    shuts down, and a signal then would kill the rank."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def caught() -> str:
