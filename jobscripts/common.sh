@@ -116,8 +116,9 @@ atoll_threads() {
     export MKL_NUM_THREADS="${MKL_NUM_THREADS:-$OMP_NUM_THREADS}"
     # srun does not inherit --cpus-per-task from sbatch since Slurm 22.05
     export SRUN_CPUS_PER_TASK="$cpus"
-    # parallel filesystems often lack working locks; profiles say so for their scratch
-    export HDF5_USE_FILE_LOCKING="${HDF5_USE_FILE_LOCKING:-TRUE}"
+    # As the image: locks where the file system has them, none where it refuses them (some
+    # Lustre and NFS mounts); Atoll's claim file keeps one job per run either way.
+    export HDF5_USE_FILE_LOCKING="${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}"
 }
 
 # One step over all tasks, in the background so that the time-limit trap can act.

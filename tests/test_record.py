@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -665,3 +666,15 @@ def test_a_kill_at_any_write_of_a_flush_leaves_whole_batches(tmp_path: Path,
         if path.exists():  # else the kill came before the empty file was in place
             _check_whole_batches(path, proc.stdout.decode(), seed)
             check_run(paths, space)
+
+
+def test_a_file_system_that_refuses_locks_is_said_with_the_setting_that_helps(tmp_path):
+    from atoll.record._h5 import write_error
+
+    refused = OSError(errno.ENOLCK, "Unable to synchronously create file (unable to lock file, "
+                      "errno = 37, error message = 'No locks available')")
+    line = str(write_error(tmp_path, refused))
+    assert line.startswith(f"{tmp_path}: cannot write (No locks available); its file system ")
+    assert "HDF5_USE_FILE_LOCKING=BEST_EFFORT" in line and "choose a writable" not in line
+    assert str(write_error(tmp_path, OSError(errno.EROFS, "ro"))).endswith(
+        "choose a writable directory")

@@ -113,8 +113,14 @@ def write_error(path: Path, exc: OSError) -> RecordError:
     """One line for a file or directory that cannot be written (read-only, full, no access)."""
     reason = os.strerror(exc.errno) if exc.errno else \
         (str(exc).splitlines() or [type(exc).__name__])[0]
-    hint = "free some space or choose another directory" \
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "choose a writable directory"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some space or choose another directory"
+    elif exc.errno == errno.ENOLCK or "unable to lock file" in str(exc):
+        hint = ("its file system refuses file locks: set HDF5_USE_FILE_LOCKING=BEST_EFFORT (locks "
+                "where they work) or FALSE (none); Atoll's claim file keeps one job per run "
+                "either way")
+    else:
+        hint = "choose a writable directory"
     return RecordError(f"{path}: cannot write ({reason}); {hint}")
 
 
