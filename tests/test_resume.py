@@ -252,3 +252,24 @@ def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_l
         epochs = [int(e) for e in (trace / f"{ident}.txt").read_text().split()]
         assert epochs == list(range(6)), (ident, epochs)  # none trained twice or lost
     assert not list((run_dir / "checkpoints").iterdir())
+
+
+def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):
+    """Each job records the ids it may give new individuals; a later job starts after every
+    earlier block, so a job that was taken over while alive (a hang, a suspend) and writes its
+    last rows afterwards can never give an id twice."""
+    run_dir, done = start(tmp_path, 2, "search.generations=5", "search.wall_time=3",
+                          "objective.options.sleep=0.8")
+    assert done.returncode == 75, done.stderr[-2000:]
+    first = open_run(run_dir)
+    block = json.loads(first.jobs["layout"][0])["ids"]
+    assert block == [0, 10]  # 10 new ids at most: 2 workers x 5
+    assert int(first.individuals["id"].max(initial=0)) < 10 - 2  # stopped before its end
+    done = resume(run_dir, 2, "search.wall_time=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = check_complete(run_dir, 10)
+    new = set(ind["id"].tolist()) - set(first.individuals["id"].tolist())
+    assert min(new) >= 10  # after job 0's whole block, not after its last recorded id
+    assert json.loads(open_run(run_dir).jobs["layout"][1])["ids"][0] == 10
+    shown = run(atoll_cmd("inspect", str(run_dir)))
+    assert "new ids 0-9" in shown.stdout and "new ids 10-" in shown.stdout

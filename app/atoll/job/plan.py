@@ -7,12 +7,15 @@ as it is (a :class:`JobPlan` pickles), so no rank parses the config or plans the
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from atoll import record
 from atoll.config import (
@@ -76,8 +79,7 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
         stored = info.config_table.get("search", {}).get("evaluations", 0)
         changed = config.search.evaluations not in (0, stored)
         return _continue(paths, config, world_size,
-                         config.search.evaluations if changed else info.budget, changed,
-                         info.run_id)
+                         config.search.evaluations if changed else info.budget, changed, info)
     record.check_record_fits(config.space)
     record.check_new_run_dir(paths)
     layout = job_layout(config, world_size)
@@ -100,17 +102,33 @@ def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: in
         raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
                           f"budget (it is {info.budget} now)")
     return _continue(paths, config, world_size,
-                     config.search.evaluations if changed else info.budget, changed, info.run_id)
+                     config.search.evaluations if changed else info.budget, changed, info)
 
 
 def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: int,
-              new_budget: bool, run_id: str) -> JobPlan:
+              new_budget: bool, info: record.RunInfo) -> JobPlan:
     """The plan of a job that continues a run: what earlier jobs completed, the next id."""
     individuals = record.read_completed(paths.run_dir)
     done = completed_count(individuals)
-    next_id = int(individuals["id"].max()) + 1 if len(individuals) else 0
+    recorded = int(individuals["id"].max()) + 1 if len(individuals) else 0
     return JobPlan(config, job_layout(config, world_size), budget, resumed=True, done=done,
-                   next_id=next_id, new_budget=new_budget, run_id=run_id)
+                   next_id=max(recorded, ids_taken(info.jobs)), new_budget=new_budget,
+                   run_id=info.run_id)
+
+
+def id_block(plan: JobPlan) -> list[int]:
+    """The ids a job may give new individuals, [first, end): each worker at most its share of
+    the budget left. Recorded with the job, so that no later job gives one of them again, even
+    while this job still runs (its claim taken over after a hang, it may write more rows)."""
+    most = share(max(plan.budget - plan.done, 0), plan.layout.workers)[0]
+    return [plan.next_id, plan.next_id + most * plan.layout.workers]
+
+
+def ids_taken(jobs: np.ndarray) -> int:
+    """The end of the last id block an earlier job recorded (0 for jobs recorded before
+    blocks were: their ids are in the record)."""
+    ends = [json.loads(str(layout)).get("ids", [0, 0])[1] for layout in jobs["layout"]]
+    return max(ends, default=0)
 
 
 def run_budget(config: Config, workers: int) -> int:

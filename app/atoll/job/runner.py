@@ -36,7 +36,14 @@ from atoll.evolution.default import island_strategy
 from atoll.evolution.strategy import ContinueFirst, Strategy
 from atoll.exit_codes import EXIT_DISK_FULL, EXIT_GAVE_UP, EXIT_STOPPED
 from atoll.individual import FINISHED, Individual, Status
-from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, plan_resume, share
+from atoll.job.plan import (
+    JobPlan,
+    budget_spent,
+    id_block,
+    plan_new_or_same,
+    plan_resume,
+    share,
+)
 from atoll.job.preflight import preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import load_objective
@@ -215,7 +222,8 @@ def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float
                           budget=plan.budget, run_id=plan.run_id,
                           main_metric=str(getattr(objective, "main_metric", "")),
                           config_dir=plan.config.objective.config_dir)
-    job = record.begin_job(paths, layout=plan.layout.as_dict(), hosts=hosts,
+    job = record.begin_job(paths, layout={**plan.layout.as_dict(), "ids": id_block(plan)},
+                           hosts=hosts,
                            versions=record.software_versions(), slurm=record.slurm_ids(),
                            start=start)
     return plan.begun(job)

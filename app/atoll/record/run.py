@@ -250,7 +250,7 @@ def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> N
             "need continued")
 
 
-def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
+def begin_job(paths: RunPaths, *, layout: Mapping[str, Any], hosts: list[str],
               versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
     def append(f: h5py.File) -> int:

@@ -70,7 +70,8 @@ def _jobs(jobs: np.ndarray) -> list[str]:
             end = f"{_when(stop)} ({duration(stop - start)}), exit {int(row['exit_code'])}"
         else:  # only the newest job may still run: an earlier one without an end was killed
             end = "running or killed" if index == len(jobs) - 1 else "killed (no end recorded)"
-        layout = " ".join(f"{k}={v}" for k, v in _json(row["layout"]).items())
+        layout = " ".join(f"new ids {v[0]}-{v[1] - 1}" if k == "ids" else f"{k}={v}"
+                          for k, v in _json(row["layout"]).items())
         hosts = ",".join(_json(row["hosts"]))
         slurm = " ".join(f"{k}={v}" for k, v in _json(row["slurm"]).items())
         line = f"  job {int(row['job'])}: {_when(start)} -> {end}; {layout}; hosts {hosts}"
