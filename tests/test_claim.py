@@ -236,8 +236,9 @@ def test_a_claim_deleted_by_hand_while_held_is_taken_again(tmp_path, monkeypatch
 
 def test_a_job_whose_claim_is_taken_over_stops_and_leaves_the_run_to_the_other(tmp_path):
     """Two ranks, one of them holding the claim: when another job's claim replaces it, the job
-    stops at its next heartbeat with one line and exit 2, keeps the rows it wrote, records no
-    end (run.h5 and results.h5 are the other job's to write) and leaves the other claim."""
+    stops at its next heartbeat with one line and exit 2, keeps the rows it wrote before, writes
+    none after (their ids and budget are the other job's), records no end (run.h5 and results.h5
+    are the other job's to write) and leaves the other claim."""
     from atoll.record.claim import HEARTBEAT
 
     run_dir = tmp_path / "run"
@@ -253,6 +254,8 @@ def test_a_job_whose_claim_is_taken_over_stops_and_leaves_the_run_to_the_other(t
         time.sleep(2.0)  # some flushes
         others = take_over_by_hand(run_dir / CLAIM_FILE)
         taken = time.monotonic()
+        time.sleep(0.5)  # a flush that began before the take-over ends
+        at_take_over = len(open_run(run_dir).individuals)
         _, err = proc.communicate(timeout=HEARTBEAT + 60)
         stopped_after = time.monotonic() - taken
     finally:
@@ -267,6 +270,7 @@ def test_a_job_whose_claim_is_taken_over_stops_and_leaves_the_run_to_the_other(t
     assert "took over this run directory while this job ran" in lines[0]
     assert (run_dir / CLAIM_FILE).read_text() == others
     recorded = open_run(run_dir)
-    assert len(recorded.individuals) > 0  # the rows flushed before the stop are kept
+    assert 0 < len(recorded.individuals) == at_take_over  # kept; nothing added since
+    assert "not written: another job took over the run directory" in err
     assert list(recorded.jobs["exit_code"]) == [-1]  # its end is not recorded
     assert not (run_dir / "results.h5").exists()

@@ -49,7 +49,7 @@ from atoll.logs import rank_log
 from atoll.objectives.loader import load_objective
 from atoll.record import full
 from atoll.record.checkpoints import CheckpointStore
-from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim
+from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
 
@@ -120,6 +120,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
                  held: Sequence[Claim]) -> JobSummary:
     t0 = time.time()
     hosts = comm.gather(_hostname(), root=0) or []
+    claimed = comm.bcast(held[0].text if held else "", root=0)
     draft = on_root(comm, plan)
     config = draft.config
     if draft.nothing_left:
@@ -144,7 +145,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         budget = Budget(share(remaining, topo.layout.workers)[topo.worker], stop.requested)
         try:
             with full.listening(lambda where: stop.request(DISK_FULL)):
-                role = _prepare_worker(job, paths, topo, objective, stop)
+                role = _prepare_worker(job, paths, topo, objective, stop, claimed)
                 comm.Barrier()  # the search (and its wall time) starts together on every rank
                 start = time.time()
                 stats = role.run(budget)
@@ -230,7 +231,7 @@ def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float
 
 
 def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
-                    objective: Objective, stop: StopFlag) -> Leader | Follower:
+                    objective: Objective, stop: StopFlag, claimed: str) -> Leader | Follower:
     """Everything a rank sets up before the search (restore, log files, operators): its role,
     which closes what was set up when it ends."""
     config, job = plan.config, plan.job
@@ -242,7 +243,9 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
-        flush_interval=config.record.flush_interval, run_id=plan.run_id)
+        flush_interval=config.record.flush_interval, run_id=plan.run_id,
+        # rows of a job whose claim another job took over must not reach the run
+        may_write=lambda: not claimed or still_held(paths.run_dir, claimed))
         if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
     # Every rank reads a checkpoint; the leader alone writes and discards them.

@@ -100,6 +100,13 @@ class Claim:
                 os.utime(self.path)
 
 
+def still_held(run_dir: Path, text: str) -> bool:
+    """Whether the run directory's claim is still the one with ``text`` (any rank may ask; a
+    missing claim counts as held: its own job takes it again at the next beat)."""
+    found = _read(run_dir / CLAIM_FILE)
+    return not found or found == text
+
+
 def claim(run_dir: Path, *, create: bool) -> Claim | None:
     """Take the run directory for this job, or raise a one-line RecordError naming the holder.
 

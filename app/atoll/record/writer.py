@@ -64,7 +64,8 @@ class WorkerLog:
     """Append-only record of one worker leader in one job."""
 
     def __init__(self, path: Path, space: Space, *, job: int, worker: int,
-                 flush_interval: float, run_id: str = "") -> None:
+                 flush_interval: float, run_id: str = "",
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         if not flush_interval >= 0:
             raise ValueError(f"flush_interval: expected seconds >= 0, got {flush_interval!r}")
         self.path = Path(path)
@@ -82,6 +83,9 @@ class WorkerLog:
         self._open()
         self._closed = False
         self.full = ""  # where the disk was full: rows are dropped from then on
+        self._may_write = may_write
+        """Asked before each flush: False once another job took the run over, whose ids and
+        budget these rows must not touch; they are dropped then, and said."""
         self._last_flush = time.monotonic()
 
     # -- appending: memory only ------------------------------------------------------------
@@ -148,6 +152,13 @@ class WorkerLog:
         if self.full:
             self._drop_pending()
             return
+        if not self._may_write():
+            if self._individuals:
+                log.warning("%s: %d evaluation(s) not written: another job took over the run "
+                            "directory; they are not part of the run", self.path,
+                            len(self._individuals))
+            self._drop_pending()
+            return
         if self._closed:
             raise RecordError(f"{self.path}: the worker log is closed")
         try:
@@ -212,7 +223,7 @@ class WorkerLog:
             self.flush()
             if self.full:
                 return
-            if population is not None:
+            if population is not None and self._may_write():
                 table = self._tables["population"]
                 rows = np.array([(i.id, i.version, i.island, i.owner, i.active)
                                  for i in population], dtype=table.dtype)
