@@ -201,3 +201,19 @@ def test_curves_an_island_partner_completes_are_read_while_it_writes(tmp_path):
     finally:
         if partner.poll() is None:
             partner.kill()
+
+
+def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp_path):
+    """Two one-rank workers whose files are not flushed during the job (flush_interval of an
+    hour): with 10 completed curves needed, a worker alone could prune from its 11th evaluation
+    on; with its partner's curves, which travel with the partner's results, from about its
+    6th."""
+    config = write_config(tmp_path, min_completed=10, random_init=1.0)
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir),
+                        "--set", "search.generations=14", "--set", "record.flush_interval=3600",
+                        "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    early = ind[ind["generation"] < 10]
+    assert (early["status"] == int(Status.PRUNED)).any()

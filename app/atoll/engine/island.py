@@ -32,8 +32,23 @@ class Mailbox(Protocol):
 
     def send_individual(self, tag: Tag, ind: Individual, to: Iterable[int]) -> None: ...
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None: ...
+    def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
+                   to: Iterable[int]) -> None: ...
     def poll(self, handle: Handler) -> int: ...
     def drain(self, handle: Handler) -> None: ...
+
+
+class Curves(Protocol):
+    """What an island's schedulers share: each worker's completed curves travel with its
+    results to the island's other workers (no worker reads another's files)."""
+
+    def shared(self, ind: Individual) -> Sequence[tuple[int, float]]:
+        """The curve of this worker's evaluation ``ind`` to send with it (empty: none)."""
+        ...
+
+    def hear(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
+        """Part of a curve another worker of the island sent."""
+        ...
 
 
 class Recorder(Protocol):
@@ -98,7 +113,8 @@ class IslandLoop:
                  strategy: Strategy, evaluate: Evaluate, recorder: Recorder,
                  migration: MigrationConfig, rng: random.Random, id_base: int = 0,
                  population: Population | None = None,
-                 listeners: Sequence[Callable[[Individual], None]] = ()) -> None:
+                 listeners: Sequence[Callable[[Individual], None]] = (),
+                 curves: Curves | None = None) -> None:
         self.layout = layout
         self.worker = worker
         self.island = layout.island_of_worker(worker)
@@ -107,6 +123,7 @@ class IslandLoop:
         self.strategy = strategy
         self.listeners = tuple(listeners)
         """Hear each result of this job the island learns, once, after the strategy."""
+        self.curves = curves
         self.evaluate = evaluate
         self.recorder = recorder
         self.migration = migration
@@ -156,6 +173,10 @@ class IslandLoop:
         self._learn(ind)
         self.recorder.add_individual(ind)
         self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
+        if self.curves is not None and self.peers:
+            curve = self.curves.shared(ind)
+            if curve:
+                self.mailbox.send_curve(ind.id, curve, self.peers)
         self._until_emigration -= 1
         if self._until_emigration <= 0:
             self._emigrate()
@@ -190,6 +211,9 @@ class IslandLoop:
     def _receive(self, tag: Tag, source: int, payload: Any) -> None:
         if tag == Tag.DEACTIVATE:
             self.population.deactivate(*payload)
+        elif tag == Tag.CURVE:
+            if self.curves is not None:
+                self.curves.hear(*payload)
         else:
             self._learn(payload)
 

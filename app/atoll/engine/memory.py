@@ -5,12 +5,12 @@ runs the same checks against both)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from atoll.engine.island import Mailbox
-from atoll.engine.protocol import Handler, Tag
+from atoll.engine.protocol import Handler, Tag, curve_of, curve_parts
 from atoll.individual import Individual
 
 Message = tuple[Tag, int, Any]
@@ -41,6 +41,14 @@ class MemoryMailbox:
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None:
         for dest in to:
             self.post.inboxes[dest].append((Tag.DEACTIVATE, self.me, (ind_id, version)))
+
+    def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
+                   to: Iterable[int]) -> None:
+        """In parts, as on the wire."""
+        targets = list(to)
+        for part in curve_parts(ind_id, curve):
+            for dest in targets:
+                self.post.inboxes[dest].append((Tag.CURVE, self.me, curve_of(part)))
 
     def poll(self, handle: Handler) -> int:
         arrived, self.post.inboxes[self.me] = self.post.inboxes[self.me], []

@@ -11,7 +11,7 @@ receiving until every one of them has arrived, so nothing is lost and nothing ha
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ class Tag(IntEnum):
     RESULT = 1  # an evaluated individual, for every other worker of its island
     MIGRANT = 2  # an individual arriving on another island (moved or copied)
     DEACTIVATE = 3  # an individual that left this island: mark that copy inactive
+    CURVE = 4  # part of a completed individual's per-epoch metric, for the island's schedulers
 
 
 # The wire format of an individual: little-endian, packed, in this order, then one field per
@@ -42,6 +43,11 @@ _FIXED = [("id", "q"), ("island", "i"), ("worker", "i"), ("generation", "q"), ("
           ("status", "b"), ("loss", "d"), ("born", "d"), ("started", "d"), ("finished", "d")]
 
 _DEACTIVATE = struct.Struct("<qi")  # id, version
+_CURVE_HEAD = struct.Struct("<qi")  # id, points in this part
+_POINT = struct.Struct("<id")  # epoch, value
+CURVE_POINTS = 32
+"""Points per curve message: a longer curve travels in parts, each learned as it arrives."""
+_CURVE_SIZE = _CURVE_HEAD.size + CURVE_POINTS * _POINT.size
 RECEIVE_SLOTS = 64  # receives kept posted per leader (at most one per other leader)
 
 
@@ -84,13 +90,33 @@ class Codec:
             status=_STATUSES[status], loss=loss, born=born, started=started, finished=finished)
 
 
+def curve_parts(ind_id: int, curve: Sequence[tuple[int, float]]) -> list[bytes]:
+    """``curve`` as fixed-size messages of at most CURVE_POINTS points each."""
+    parts = []
+    for start in range(0, len(curve), CURVE_POINTS):
+        points = curve[start:start + CURVE_POINTS]
+        buf = bytearray(_CURVE_SIZE)
+        _CURVE_HEAD.pack_into(buf, 0, ind_id, len(points))
+        for k, (epoch, value) in enumerate(points):
+            _POINT.pack_into(buf, _CURVE_HEAD.size + k * _POINT.size, epoch, value)
+        parts.append(bytes(buf))
+    return parts
+
+
+def curve_of(buf: Buffer) -> tuple[int, list[tuple[int, float]]]:
+    ind_id, count = _CURVE_HEAD.unpack_from(buf)
+    return ind_id, [_POINT.unpack_from(buf, _CURVE_HEAD.size + k * _POINT.size)
+                    for k in range(count)]
+
+
 _ORIGINS = {int(o): o for o in Origin}
 _TAGS = {int(t): t for t in Tag}
 _STATUSES = {int(s): s for s in Status}
 
 
 Handler = Callable[[Tag, int, Any], None]
-"""Called for each received message with (tag, source worker, Individual or (id, version))."""
+"""Called for each received message with (tag, source worker, payload): an Individual, (id,
+version) for DEACTIVATE, (id, [(epoch, value), ...]) for CURVE."""
 
 
 class MpiMailbox:
@@ -112,7 +138,8 @@ class MpiMailbox:
         # time between evaluations. A message matches the earliest posted receive, so sorting
         # completed ones by when they were posted gives the arrival order.
         slots = min(self.size - 1, RECEIVE_SLOTS)
-        self._buffers = [bytearray(max(codec.size, _DEACTIVATE.size)) for _ in range(slots)]
+        self._buffers = [bytearray(max(codec.size, _DEACTIVATE.size, _CURVE_SIZE))
+                         for _ in range(slots)]
         self._receives = [comm.Recv_init([buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
                           for buf in self._buffers]
         self._posted = list(range(slots))
@@ -125,6 +152,12 @@ class MpiMailbox:
 
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None:
         self._send(Tag.DEACTIVATE, _DEACTIVATE.pack(ind_id, version), to)
+
+    def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
+                   to: Iterable[int]) -> None:
+        targets = list(to)
+        for part in curve_parts(ind_id, curve):
+            self._send(Tag.CURVE, part, targets)
 
     def _send(self, tag: Tag, rec: bytes, to: Iterable[int]) -> None:
         # One buffer may back several concurrent sends (MPI-3); it lives until all complete.
@@ -157,7 +190,7 @@ class MpiMailbox:
                 source, tag = status.Get_source(), _TAGS[status.Get_tag()]
                 buf = self._buffers[slot]
                 payload = _DEACTIVATE.unpack_from(buf) if tag == Tag.DEACTIVATE \
-                    else self.codec.decode(buf)
+                    else curve_of(buf) if tag == Tag.CURVE else self.codec.decode(buf)
                 self._receives[slot].Start()
                 self._posted[slot], self._posts = self._posts, self._posts + 1
                 self.received[source] += 1

@@ -277,7 +277,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
-        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn])
+        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn],
+        curves=pruning)
     return Leader(loop, link, log_file, evaluator)
 
 
