@@ -108,3 +108,16 @@ def pruning_demo(params: Mapping[str, Any], ctx: Any) -> float:
         if ctx.report(epoch, val_loss=value):
             break
     return value
+
+
+def offers_every_epoch(params: Mapping[str, Any], ctx: Any) -> float:
+    """Sphere reached at epoch 2 of a U-shaped curve of six epochs; the weights (a tensor
+    holding the epoch's loss) are offered at every epoch, better or worse; returns the best."""
+    import torch
+
+    best = BENCHMARKS["sphere"](params, ctx)
+    for epoch in range(6):
+        loss = best * (1.0 + (epoch - 2) ** 2 / 4)
+        ctx.report(epoch, val_loss=loss)
+        ctx.keep_weights({"w": torch.full((3,), loss, dtype=torch.float64)}, loss)
+    return best
