@@ -11,17 +11,19 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.evaluation.meeting import Meeting
+
 if TYPE_CHECKING:
     import torch
     from mpi4py import MPI
 
-    from atoll.evaluation.process_group import ProcessGroupOwner
+    from atoll.evaluation.process_group import ProcessGroupOwner, WorkerGroup
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
 """Receives (individual id, epoch, unix time, metrics) on the worker leader."""
@@ -45,6 +47,19 @@ class WorkerServices:
     should_stop: Callable[[], bool] | None = None
     judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
     """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
+    meeting: Meeting | None = field(init=False, default=None)
+    """Where a multi-rank worker's ranks meet before each collective call (within the process
+    group's timeout, ``distributed.timeout``); None for a worker of one rank."""
+
+    def __post_init__(self) -> None:
+        if self.comm.Get_size() > 1:
+            object.__setattr__(self, "meeting", Meeting(self.comm, self.group.timeout))
+
+    def meet(self, call: str) -> None:
+        """Every rank of the worker reaches ``call`` before any goes on (a clear error
+        otherwise, never a hang)."""
+        if self.meeting is not None:
+            self.meeting.meet(call)
 
     def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
@@ -120,23 +135,32 @@ class Context:
 
         First use is collective: every rank of the worker must ask for it (or for ``device``).
         """
-        return self._services.group.get().process_group
+        return self._group().process_group
 
     @property
     def device(self) -> torch.device:
-        """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU."""
-        return self._services.group.get().device
+        """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU. First use
+        is collective, as for ``process_group``."""
+        return self._group().device
+
+    def _group(self) -> WorkerGroup:
+        owner = self._services.group
+        if owner.current is None:
+            self._services.meet("the first use of ctx.process_group or ctx.device")
+        return owner.get()
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
 
-        Call it on every rank of the worker with the same epoch; the leader records. The answer
-        is the same on every rank: ``True`` once the job is asked to stop (a signal or the
+        Collective: call it on every rank of the worker with the same epoch (a call on some
+        ranks only fails the evaluation with an error naming them); the leader records. The
+        answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns), or once
         ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
         it returns).
         """
         services = self._services
+        services.meet(f"ctx.report(epoch={int(epoch)})")
         values = {k: float(v) for k, v in metrics.items()}
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)

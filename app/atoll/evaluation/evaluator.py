@@ -35,7 +35,6 @@ class WorkerEvaluator:
         self.services = services
         self.eval_timeout = eval_timeout
         self.maximize = maximize  # the loss is then the negated value: the engine only minimizes
-        self._shared = services.comm.Get_size() > 1  # a multi-rank worker
 
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
@@ -61,7 +60,8 @@ class WorkerEvaluator:
                                                    self.eval_timeout)
         if self.maximize and ind.status == Status.OK:
             ind.loss = -ind.loss
-        if self._shared:
+        if self.services.meeting is not None:
+            self.services.meeting.end()
             self._agree_on_failure(ind)
         ind.finished = time.time()
         if ctx.interrupted:
@@ -86,3 +86,5 @@ class WorkerEvaluator:
     def close(self) -> None:
         """The end of the job on this rank: release the process group and its store."""
         self.services.group.close()
+        if self.services.meeting is not None:
+            self.services.meeting.close()
