@@ -172,11 +172,12 @@ class Context:
         return self.interrupted or self.pruned_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
-        """Offer this evaluation's best weights (plain tensors, no ``module.`` prefix).
+        """Offer this evaluation's weights (plain tensors, no ``module.`` prefix), as often as
+        they improve: the individual keeps its best offer.
 
         The leader stores them (HDF5, no pickle, with the individual's parameters) if the loss
-        ranks among the run's best ``record.top_models``; other ranks may call it too, it does
-        nothing there.
+        ranks among the run's best ``record.top_models``. Not collective: other ranks may call
+        it too, it does nothing there.
         """
         if self._services.offer_weights is not None and self.is_leader:
             self._services.offer_weights(self.individual_id, float(loss), state_dict,
