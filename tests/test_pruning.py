@@ -166,3 +166,18 @@ def test_curves_an_island_partner_completes_are_read_while_it_writes(tmp_path):
     finally:
         if partner.poll() is None:
             partner.kill()
+
+
+def test_a_metric_never_reported_is_said_once_per_worker_with_what_was_reported(tmp_path):
+    """``val_acc`` against the objective's ``val_accuracy``: pruning would judge nothing."""
+    warning = "pruning.metric = 'val_acc' was never reported (individual "
+    for metric, warnings in (("val_acc", 2), ("val_accuracy", 0)):
+        done = mpirun_atoll(
+            2, "search", "--config", "tests/configs/report.toml", "--run-dir",
+            str(tmp_path / metric), "--set", "objective.options.fail=0",
+            "--set", "search.generations=6", "--set", "pruning.rule=median",
+            "--set", f"pruning.metric={metric}", "--set", "pruning.direction=maximize", "-q")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stderr.count(warning) == warnings, done.stderr[-3000:]
+        assert done.stderr.count(" reported val_accuracy, val_loss): pruning stops nothing; "
+                                 "set pruning.metric to a metric ctx.report gets") == warnings

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from atoll.evaluation.meeting import Meeting
+from atoll.evaluation.metric_check import MetricCheck
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +48,8 @@ class WorkerServices:
     should_stop: Callable[[], bool] | None = None
     judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
     """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
+    metric_check: MetricCheck | None = None
+    """Sees the metrics the leader's reports carry (when pruning is on)."""
     meeting: Meeting | None = field(init=False, default=None)
     """Where a multi-rank worker's ranks meet before each collective call (within the process
     group's timeout, ``distributed.timeout``); None for a worker of one rank."""
@@ -164,6 +167,8 @@ class Context:
         values = {k: float(v) for k, v in metrics.items()}
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
+        if services.metric_check is not None and self.is_leader:
+            services.metric_check.saw(values)
         if services.should_stop is not None and services.should_stop():
             self.interrupted = True
         if not self.interrupted and self.pruned_at is None and services.judge_epoch is not None \

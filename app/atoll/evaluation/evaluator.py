@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from atoll.evaluation.call import Objective, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
+from atoll.evaluation.metric_check import MetricCheck
 from atoll.evaluation.process_group import ProcessGroupOwner
 from atoll.individual import Individual, Status
 
@@ -49,7 +50,8 @@ class WorkerEvaluator:
                                     config.distributed.timeout, local_rank),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
-            offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch)
+            offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
+            metric_check=MetricCheck(config.pruning.metric) if config.pruning.active else None)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")
 
@@ -68,6 +70,8 @@ class WorkerEvaluator:
             ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
         elif ctx.pruned_at is not None and ind.status == Status.OK:
             ind.status, ind.error = Status.PRUNED, f"pruned at epoch {ctx.pruned_at}"
+        if self.services.metric_check is not None and ctx.is_leader:
+            self.services.metric_check.evaluation_ended(ind.id, ind.status == Status.OK)
 
     def _agree_on_failure(self, ind: Individual) -> None:
         """If any rank of the worker failed, the individual failed on every rank.
