@@ -128,10 +128,14 @@ def collective_on_some_ranks(params: Mapping[str, Any], ctx: Any) -> float:
     every rank agrees), misuses a collective call in the way ``options.way``: ``leader_reports``
     (the "log on rank 0" habit), ``follower_busy`` (the leader reports while the follower
     sleeps ``options.sleep`` s, then ends), ``follower_device`` (only the follower asks for
-    ctx.device)."""
+    ctx.device), ``leader_late`` (every rank reports, the leader after ``options.sleep`` s)."""
     if float(ctx.rng.random()) < float(ctx.options.get("rate", 0.3)):
         way = ctx.options["way"]
-        if way in ("leader_reports", "follower_busy") and ctx.is_leader:
+        if way == "leader_late":
+            if ctx.is_leader:
+                time.sleep(float(ctx.options["sleep"]))
+            ctx.report(0, val_loss=1.0)
+        elif way in ("leader_reports", "follower_busy") and ctx.is_leader:
             ctx.report(0, val_loss=1.0)
         elif way == "follower_busy":
             time.sleep(float(ctx.options["sleep"]))

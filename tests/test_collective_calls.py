@@ -26,6 +26,10 @@ MISUSE = "is collective, but not every rank of the worker called it: "
     ("follower_busy", ["search.eval_timeout=1", "objective.options.sleep=2"],
      "CollectiveCallError: ctx.report(epoch=0) " + MISUSE
      + "rank 1 had not called it when search.eval_timeout ran out"),
+    ("leader_late", ["search.eval_timeout=1", "objective.options.sleep=2"],
+     "rank 0: EvaluationTimeout: evaluation exceeded search.eval_timeout = 1 s; rank 1: "
+     "CollectiveCallError: ctx.report(epoch=0) " + MISUSE
+     + "rank 0 ended the evaluation without it"),
 ])
 def test_a_collective_call_on_some_ranks_fails_the_individual_and_the_worker_goes_on(
         tmp_path, way, settings, expected):

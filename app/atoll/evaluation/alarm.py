@@ -56,7 +56,8 @@ class HeldAlarm:
 @contextmanager
 def alarm_held() -> Iterator[HeldAlarm]:
     """Hold the evaluation's alarm back in the block, where a rank cut short would leave its
-    partners out of step; it fires at the end of the block unless the holder took it.
+    partners out of step; it fires at the end of the block unless the holder took it or the
+    block raised (the evaluation fails with that error then).
 
     The Python handler is swapped rather than the signal masked: MPI's own threads would take
     a masked process signal, and Python runs the handler in the main thread all the same.
@@ -74,5 +75,5 @@ def alarm_held() -> Iterator[HeldAlarm]:
         yield held
     finally:
         signal.signal(signal.SIGALRM, previous)
-        if held.fired and not held.taken and callable(previous):
-            previous(signal.SIGALRM, None)
+    if held.fired and not held.taken and callable(previous):  # the block ended well: fire now
+        previous(signal.SIGALRM, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,11 +59,10 @@ class WorkerServices:
         if self.comm.Get_size() > 1:
             object.__setattr__(self, "meeting", Meeting(self.comm, self.group.timeout))
 
-    def meet(self, call: str) -> None:
-        """Every rank of the worker reaches ``call`` before any goes on (a clear error
-        otherwise, never a hang)."""
-        if self.meeting is not None:
-            self.meeting.meet(call)
+    def together(self, call: str) -> AbstractContextManager[None]:
+        """The block runs once every rank of the worker has reached ``call`` (a clear error
+        otherwise, never a hang); see :meth:`Meeting.together`."""
+        return self.meeting.together(call) if self.meeting is not None else nullcontext()
 
     def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
@@ -148,9 +148,10 @@ class Context:
 
     def _group(self) -> WorkerGroup:
         owner = self._services.group
-        if owner.current is None:
-            self._services.meet("the first use of ctx.process_group or ctx.device")
-        return owner.get()
+        if owner.current is not None:
+            return owner.current
+        with self._services.together("the first use of ctx.process_group or ctx.device"):
+            return owner.get()
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
@@ -163,17 +164,19 @@ class Context:
         it returns).
         """
         services = self._services
-        services.meet(f"ctx.report(epoch={int(epoch)})")
         values = {k: float(v) for k, v in metrics.items()}
+        with services.together(f"ctx.report(epoch={int(epoch)})"):
+            if services.should_stop is not None and services.should_stop():
+                self.interrupted = True
+            if not self.interrupted and self.pruned_at is None \
+                    and services.judge_epoch is not None \
+                    and services.judge_epoch(self.individual_id, int(epoch), values):
+                self.pruned_at = int(epoch)
+        # Recorded after the collective part: a failure to write fails no partner midway.
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
-        if services.should_stop is not None and services.should_stop():
-            self.interrupted = True
-        if not self.interrupted and self.pruned_at is None and services.judge_epoch is not None \
-                and services.judge_epoch(self.individual_id, int(epoch), values):
-            self.pruned_at = int(epoch)
         return self.interrupted or self.pruned_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:

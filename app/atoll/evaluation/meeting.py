@@ -20,6 +20,8 @@ leader reaches a meeting or the end of its evaluation by its own limits (its obj
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from atoll.backoff import Backoff
@@ -47,14 +49,18 @@ class Meeting:
         self._sent: list[Any] = []
         self._ended: set[int] = set()  # leader: followers already at the end of the evaluation
 
-    def meet(self, call: str) -> None:
+    @contextmanager
+    def together(self, call: str) -> Iterator[None]:
         """Every rank of the worker reaches ``call`` (e.g. ``ctx.report(epoch=3)``) before any
-        goes on; raises :class:`CollectiveCallError` on every rank that reached it otherwise."""
+        runs the block (the call's collective work); raises :class:`CollectiveCallError` on
+        every rank that reached it otherwise. ``search.eval_timeout`` fires after the block,
+        so that no rank leaves the call's collectives halfway."""
         with alarm_held() as alarm:
             if self.comm.Get_rank() == 0:
                 self._lead(call, alarm)
             else:
                 self._follow(call)
+            yield
 
     def end(self) -> None:
         """The end of the evaluation on this rank: wait until every rank is there."""
