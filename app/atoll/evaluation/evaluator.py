@@ -2,7 +2,9 @@
 agreement of a multi-rank worker's ranks on it.
 
 Every rank of a worker evaluates each individual with its own :class:`WorkerEvaluator`; the
-leader's loss counts, but if any rank failed, the individual failed on all of them.
+leader's loss counts, but if any rank failed, the individual failed on all of them. The ranks
+of a multi-rank worker first meet at the end of the evaluation (:mod:`atoll.evaluation.meeting`),
+which settles any collective ``ctx`` call some of them still made.
 """
 
 from __future__ import annotations
