@@ -137,3 +137,37 @@ def checkpointed(params: Mapping[str, Any], ctx: Any) -> float:
         if stop:
             break
     return float(len(trained))
+
+
+def offers_every_epoch(params: Mapping[str, Any], ctx: Any) -> float:
+    """Sphere reached at epoch 2 of a U-shaped curve of six epochs; the weights (a tensor
+    holding the epoch's loss) are offered at every epoch, better or worse; returns the best."""
+    import torch
+
+    best = BENCHMARKS["sphere"](params, ctx)
+    for epoch in range(6):
+        loss = best * (1.0 + (epoch - 2) ** 2 / 4)
+        ctx.report(epoch, val_loss=loss)
+        ctx.keep_weights({"w": torch.full((3,), loss, dtype=torch.float64)}, loss)
+    return best
+
+
+def collective_on_some_ranks(params: Mapping[str, Any], ctx: Any) -> float:
+    """Sphere that, for a fraction ``options.rate`` of individuals (drawn from ctx.rng, so
+    every rank agrees), misuses a collective call in the way ``options.way``: ``leader_reports``
+    (the "log on rank 0" habit), ``follower_busy`` (the leader reports while the follower
+    sleeps ``options.sleep`` s, then ends), ``follower_device`` (only the follower asks for
+    ctx.device), ``leader_late`` (every rank reports, the leader after ``options.sleep`` s)."""
+    if float(ctx.rng.random()) < float(ctx.options.get("rate", 0.3)):
+        way = ctx.options["way"]
+        if way == "leader_late":
+            if ctx.is_leader:
+                time.sleep(float(ctx.options["sleep"]))
+            ctx.report(0, val_loss=1.0)
+        elif way in ("leader_reports", "follower_busy") and ctx.is_leader:
+            ctx.report(0, val_loss=1.0)
+        elif way == "follower_busy":
+            time.sleep(float(ctx.options["sleep"]))
+        elif way == "follower_device" and not ctx.is_leader:
+            ctx.device  # noqa: B018 - the first use, on this rank only
+    return BENCHMARKS["sphere"](params, ctx)

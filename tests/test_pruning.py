@@ -217,3 +217,18 @@ def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp
     ind = open_run(run_dir).individuals
     early = ind[ind["generation"] < 10]
     assert (early["status"] == int(Status.PRUNED)).any()
+
+
+def test_a_metric_never_reported_is_said_once_per_worker_with_what_was_reported(tmp_path):
+    """``val_acc`` against the objective's ``val_accuracy``: pruning would judge nothing."""
+    warning = "pruning.metric = 'val_acc' was never reported (individual "
+    for metric, warnings in (("val_acc", 2), ("val_accuracy", 0)):
+        done = mpirun_atoll(
+            2, "search", "--config", "tests/configs/report.toml", "--run-dir",
+            str(tmp_path / metric), "--set", "objective.options.fail=0",
+            "--set", "search.generations=6", "--set", "pruning.rule=median",
+            "--set", f"pruning.metric={metric}", "--set", "pruning.direction=maximize", "-q")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stderr.count(warning) == warnings, done.stderr[-3000:]
+        assert done.stderr.count(" reported val_accuracy, val_loss): pruning stops nothing; "
+                                 "set pruning.metric to a metric ctx.report gets") == warnings

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from atoll.engine.backoff import Backoff
+from atoll.backoff import Backoff
 from atoll.individual import Individual, Origin, Status
 from atoll.space import CategoricalParam, FloatParam, IntParam, Space
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.backoff import wait_gently
 from atoll.engine import early
-from atoll.engine.backoff import wait_gently
 from atoll.engine.early import SIGNALS
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from atoll.engine.backoff import wait_gently
+from atoll.backoff import wait_gently
 from atoll.engine.island import Budget, IslandLoop, IslandStats
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec

@@ -5,51 +5,17 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from types import FrameType
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from atoll.errors import described
+from atoll.evaluation.alarm import time_limit
 from atoll.evaluation.context import Context
 from atoll.individual import Status
 
 log = logging.getLogger(__name__)
 
 Objective = Callable[[Mapping[str, Any], Context], Any]
-
-
-class EvaluationTimeout(TimeoutError):
-    """The evaluation ran past ``search.eval_timeout``."""
-
-
-def time_limit(seconds: float) -> AbstractContextManager[None]:
-    """Raise :class:`EvaluationTimeout` inside the block after ``seconds`` (0: no limit).
-
-    SIGALRM interrupts Python code and sleeps, but not a C call that does not return (a
-    blocking MPI call, a long native kernel): such runaways end only when the call returns.
-    Without a limit (the usual case) the block runs under a no-op context, cheap enough for
-    every evaluation.
-    """
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        return nullcontext()
-    return _alarm(seconds)
-
-
-@contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise EvaluationTimeout(f"evaluation exceeded search.eval_timeout = {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,

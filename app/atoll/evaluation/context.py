@@ -11,19 +11,22 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from atoll.evaluation.checkpointing import CheckpointCalls
+from atoll.evaluation.meeting import Meeting
+from atoll.evaluation.metric_check import MetricCheck
 
 if TYPE_CHECKING:
     import torch
     from mpi4py import MPI
 
-    from atoll.evaluation.process_group import ProcessGroupOwner
+    from atoll.evaluation.process_group import ProcessGroupOwner, WorkerGroup
     from atoll.record.checkpoints import Checkpoint, CheckpointStore
 
 EpochSink = Callable[[int, int, float, Mapping[str, float]], None]
@@ -50,6 +53,20 @@ class WorkerServices:
     """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
     checkpoints: CheckpointStore | None = None
     """The run's checkpoints (on every rank: the leader writes, every rank reads)."""
+    metric_check: MetricCheck | None = None
+    """Sees the metrics the leader's reports carry (when pruning is on)."""
+    meeting: Meeting | None = field(init=False, default=None)
+    """Where a multi-rank worker's ranks meet before each collective call (within the process
+    group's timeout, ``distributed.timeout``); None for a worker of one rank."""
+
+    def __post_init__(self) -> None:
+        if self.comm.Get_size() > 1:
+            object.__setattr__(self, "meeting", Meeting(self.comm, self.group.timeout))
+
+    def together(self, call: str) -> AbstractContextManager[None]:
+        """The block runs once every rank of the worker has reached ``call`` (a clear error
+        otherwise, never a hang); see :meth:`Meeting.together`."""
+        return self.meeting.together(call) if self.meeting is not None else nullcontext()
 
     def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
@@ -125,39 +142,54 @@ class Context:
 
         First use is collective: every rank of the worker must ask for it (or for ``device``).
         """
-        return self._services.group.get().process_group
+        return self._group().process_group
 
     @property
     def device(self) -> torch.device:
-        """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU."""
-        return self._services.group.get().device
+        """This rank's device: ``cuda:<node-local rank>`` under NCCL, else the CPU. First use
+        is collective, as for ``process_group``."""
+        return self._group().device
+
+    def _group(self) -> WorkerGroup:
+        owner = self._services.group
+        if owner.current is not None:
+            return owner.current
+        with self._services.together("the first use of ctx.process_group or ctx.device"):
+            return owner.get()
 
     def report(self, epoch: int, **metrics: float) -> bool:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
 
-        Call it on every rank of the worker with the same epoch; the leader records. The answer
-        is the same on every rank: ``True`` once the job is asked to stop (a signal or the
+        Collective: call it on every rank of the worker with the same epoch (a call on some
+        ranks only fails the evaluation with an error naming them); the leader records. The
+        answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns), or once
         ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
         it returns).
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}
+        with services.together(f"ctx.report(epoch={int(epoch)})"):
+            if services.should_stop is not None and services.should_stop():
+                self.interrupted = True
+            if not self.interrupted and self.pruned_at is None \
+                    and services.judge_epoch is not None \
+                    and services.judge_epoch(self.individual_id, int(epoch), values):
+                self.pruned_at = int(epoch)
+        # Recorded after the collective part: a failure to write fails no partner midway.
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
-        if services.should_stop is not None and services.should_stop():
-            self.interrupted = True
-        if not self.interrupted and self.pruned_at is None and services.judge_epoch is not None \
-                and services.judge_epoch(self.individual_id, int(epoch), values):
-            self.pruned_at = int(epoch)
+        if services.metric_check is not None and self.is_leader:
+            services.metric_check.saw(values)
         return self.interrupted or self.pruned_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
-        """Offer this evaluation's best weights (plain tensors, no ``module.`` prefix).
+        """Offer this evaluation's weights (plain tensors, no ``module.`` prefix), as often as
+        they improve: the individual keeps its best offer.
 
         The leader stores them (HDF5, no pickle, with the individual's parameters) if the loss
-        ranks among the run's best ``record.top_models``; other ranks may call it too, it does
-        nothing there.
+        ranks among the run's best ``record.top_models``. Not collective: other ranks may call
+        it too, it does nothing there.
         """
         if self._services.offer_weights is not None and self.is_leader:
             self._services.offer_weights(self.individual_id, float(loss), state_dict,

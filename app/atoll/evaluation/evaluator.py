@@ -2,7 +2,9 @@
 agreement of a multi-rank worker's ranks on it.
 
 Every rank of a worker evaluates each individual with its own :class:`WorkerEvaluator`; the
-leader's loss counts, but if any rank failed, the individual failed on all of them.
+leader's loss counts, but if any rank failed, the individual failed on all of them. The ranks
+of a multi-rank worker first meet at the end of the evaluation (:mod:`atoll.evaluation.meeting`),
+which settles any collective ``ctx`` call some of them still made.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from atoll.evaluation.call import Objective, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
+from atoll.evaluation.metric_check import MetricCheck
 from atoll.evaluation.process_group import ProcessGroupOwner
 from atoll.individual import Individual, Status
 
@@ -36,7 +39,6 @@ class WorkerEvaluator:
         self.services = services
         self.eval_timeout = eval_timeout
         self.maximize = maximize  # the loss is then the negated value: the engine only minimizes
-        self._shared = services.comm.Get_size() > 1  # a multi-rank worker
 
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
@@ -52,7 +54,8 @@ class WorkerEvaluator:
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
-            checkpoints=checkpoints)
+            checkpoints=checkpoints,
+            metric_check=MetricCheck(config.pruning.metric) if config.pruning.active else None)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")
 
@@ -63,13 +66,16 @@ class WorkerEvaluator:
                                                    self.eval_timeout)
         if self.maximize and ind.status == Status.OK:
             ind.loss = -ind.loss
-        if self._shared:
+        if self.services.meeting is not None:
+            self.services.meeting.end()
             self._agree_on_failure(ind)
         ind.finished = time.time()
         if ctx.interrupted:
             ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
         elif ctx.pruned_at is not None and ind.status == Status.OK:
             ind.status, ind.error = Status.PRUNED, f"pruned at epoch {ctx.pruned_at}"
+        if self.services.metric_check is not None and ctx.is_leader:
+            self.services.metric_check.evaluation_ended(ind.id, ind.status == Status.OK)
 
     def _agree_on_failure(self, ind: Individual) -> None:
         """If any rank of the worker failed, the individual failed on every rank.
@@ -88,3 +94,5 @@ class WorkerEvaluator:
     def close(self) -> None:
         """The end of the job on this rank: release the process group and its store."""
         self.services.group.close()
+        if self.services.meeting is not None:
+            self.services.meeting.close()

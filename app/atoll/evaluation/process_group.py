@@ -13,7 +13,6 @@ Only objectives that ask for ``ctx.process_group`` or ``ctx.device`` import torc
 
 from __future__ import annotations
 
-import signal
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from atoll.config import BACKENDS
 from atoll.errors import AtollError
+from atoll.evaluation.alarm import alarm_held
 
 if TYPE_CHECKING:
     import torch
@@ -94,14 +94,11 @@ class ProcessGroupOwner:
         """The worker's group, created on first use (collective over the worker's ranks)."""
         if self.current is not None:
             return self.current
-        # An evaluation time limit (SIGALRM) must not cut a collective setup short on one rank
-        # only: it is held back until the group exists, then fires in the objective as usual.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-        try:
+        # An evaluation time limit must not cut a collective setup short on one rank only: it
+        # is held back until the group exists, then fires in the objective as usual.
+        with alarm_held():
             self.current = _create_group(self.comm, self.backend, self.timeout,
                                          self.local_rank)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return self.current
 
     def close(self) -> None:

@@ -322,9 +322,7 @@ def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
     except full.DiskFull as exc:
         return None, EXIT_DISK_FULL, disk_full or str(exc)
     if paths.model_files():
-        individuals = record.read_completed(paths.run_dir)
-        losses = dict(zip(individuals["id"].tolist(), individuals["loss"].tolist(), strict=True))
-        prune_to_top(paths, losses, config.record.top_models)
+        prune_to_top(paths, record.read_completed(paths.run_dir), config.record.top_models)
     return results, exit_code, disk_full
 
 

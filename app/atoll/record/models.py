@@ -14,8 +14,8 @@ exists. Importing this module does not import torch.
 
 from __future__ import annotations
 
-import heapq
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
+from atoll.individual import Status
 from atoll.record import full
 from atoll.record._h5 import plain
 from atoll.record.paths import RunPaths
@@ -132,20 +133,29 @@ def _check_format(f: h5py.File, path: Path | str) -> None:
 
 
 class TopWeights:
-    """One leader's best ``limit`` weight files under ``RUN_DIR/models``."""
+    """One leader's best ``limit`` weight files under ``RUN_DIR/models``.
+
+    An objective may offer weights as often as it likes (the usual "save when the validation
+    loss improves"): an individual's file holds its best offer, and one individual takes one
+    place however often it offers.
+    """
 
     def __init__(self, paths: RunPaths, limit: int) -> None:
         self.paths = paths
         self.limit = limit
-        self._worst_first: list[tuple[float, int]] = []  # (-loss, id): a max-heap on loss
+        self._kept: dict[int, float] = {}  # individual id -> loss of the weights in its file
 
     def offer(self, individual_id: int, loss: float, state_dict: Mapping[str, Any],
               params: Mapping[str, Any] | None = None) -> Path | None:
-        """Store the weights if they rank among this leader's best; returns the file or None.
-        The file carries the individual's id, loss and parameters (JSON in ``params``)."""
+        """Store the weights if they rank among this leader's best and beat this individual's
+        earlier offers; returns the file or None. The file carries the individual's id, loss
+        and parameters (JSON in ``params``)."""
         if self.limit <= 0 or loss != loss:  # no keeping, or a NaN loss
             return None
-        if len(self._worst_first) >= self.limit and -self._worst_first[0][0] <= loss:
+        own = self._kept.get(individual_id)
+        if own is not None and own <= loss:
+            return None
+        if own is None and len(self._kept) >= self.limit and max(self._kept.values()) <= loss:
             return None
         path = self.paths.model_file(individual_id)
         with full.creating(path.parent):  # a full disk stops the job (save_state_dict too)
@@ -153,18 +163,28 @@ class TopWeights:
         save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss,
                                            "params": json.dumps(dict(params or {}),
                                                                 default=str)})
-        heapq.heappush(self._worst_first, (-loss, individual_id))
-        if len(self._worst_first) > self.limit:
-            _, dropped = heapq.heappop(self._worst_first)
-            self.paths.model_file(dropped).unlink(missing_ok=True)
+        self._kept[individual_id] = loss
+        if len(self._kept) > self.limit:  # a newcomer better than the worst: never itself
+            worst = max(self._kept, key=self._kept.__getitem__)
+            del self._kept[worst]
+            self.paths.model_file(worst).unlink(missing_ok=True)
         return path
 
 
-def prune_to_top(paths: RunPaths, losses: Mapping[int, float], limit: int) -> list[int]:
-    """Delete weight files outside the run's best ``limit``; returns the ids kept."""
+def prune_to_top(paths: RunPaths, individuals: np.ndarray, limit: int) -> list[int]:
+    """Delete weight files outside the run's best ``limit``; returns the ids kept.
+
+    ``individuals`` is the run's table (id, status, loss). The best are the completed
+    individuals with a finite loss, lowest first (the ones :func:`atoll.best` ranks); files of
+    pruned, failed or interrupted individuals are kept only while places are left.
+    """
     files = paths.model_files()
-    ranked = sorted((losses.get(i, float("inf")), i) for i in files)
-    keep = [i for _, i in ranked[:limit]]
+    rank = {int(i): (status != int(Status.OK) or not math.isfinite(loss),
+                     loss if math.isfinite(loss) else math.inf)
+            for i, loss, status in zip(individuals["id"].tolist(), individuals["loss"].tolist(),
+                                       individuals["status"].tolist(), strict=True)}
+    ranked = sorted((*rank.get(i, (True, math.inf)), i) for i in files)
+    keep = [i for *_, i in ranked[:limit]]
     for ind_id, path in files.items():
         if ind_id not in keep:
             path.unlink(missing_ok=True)

@@ -1,0 +1,53 @@
+"""Kept weights (``ctx.keep_weights``, ``record.top_models``) through real searches and files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import atoll
+from atoll.individual import Status
+from atoll.record import open_run
+from atoll.record.models import load_attrs, load_state_dict
+from conftest import mpirun_atoll
+
+
+def test_offering_every_epoch_keeps_each_individuals_best_and_the_runs_best(tmp_path):
+    """Two leaders, six offers per evaluation (worse ones too): models/ holds exactly the run's
+    best top_models, each file with its individual's best offer."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        2, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:offers_every_epoch", "--set",
+        "search.generations=10", "--set", "record.top_models=3", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    ok = ind[ind["status"] == int(Status.OK)]
+    best3 = ok[np.argsort(ok["loss"])[:3]]
+    files = sorted((run_dir / "models").iterdir())
+    assert [p.name for p in files] == [f"ind{i:012d}.h5" for i in sorted(best3["id"])]
+    for row in best3:
+        path = run_dir / "models" / f"ind{int(row['id']):012d}.h5"
+        assert load_attrs(path)["loss"] == row["loss"]  # the best of its six offers
+        assert load_state_dict(path)["w"].tolist() == [row["loss"]] * 3
+    found = atoll.best(run_dir)
+    assert found.id == int(best3["id"][0])
+    assert found.weights == run_dir / "models" / f"ind{found.id:012d}.h5"
+
+
+def test_the_runs_best_are_completed_individuals_before_pruned_or_failed_ones(tmp_path):
+    """A pruned individual's low loss or a failed one's NaN never takes a completed
+    individual's place (NaN used to sort anywhere)."""
+    import torch
+
+    from atoll.record import RunPaths
+    from atoll.record.models import prune_to_top, save_state_dict
+
+    paths = RunPaths(tmp_path)
+    paths.model_file(0).parent.mkdir()
+    for ident in (1, 2, 3, 4):
+        save_state_dict(paths.model_file(ident), {"w": torch.zeros(1)})
+    table = np.array([(1, int(Status.FAILED), np.nan), (2, int(Status.OK), 0.5),
+                      (3, int(Status.PRUNED), 0.1), (4, int(Status.OK), 0.7)],
+                     dtype=[("id", "i8"), ("status", "i1"), ("loss", "f8")])
+    assert prune_to_top(paths, table, 2) == [2, 4]
+    assert sorted(paths.model_files()) == [2, 4]
