@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        strategy_costs,pruning,checkpoints,peers]
+                                        strategy_costs,scheduler_costs,pruning,checkpoints,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -29,6 +29,7 @@ import pruning
 import quality
 import recording
 import scale
+import scheduler_costs
 import startup
 import strategies
 import strategy_costs
@@ -39,7 +40,8 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
-                "strategy_costs": strategy_costs, "pruning": pruning,
+                "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
+                "pruning": pruning,
                 "checkpoints": checkpoints, "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 

@@ -7,7 +7,7 @@ passed and at least ``min_completed`` completed evaluations reported epoch ``e``
 
 from __future__ import annotations
 
-import statistics
+import bisect
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -23,13 +23,14 @@ class MedianRule:
     def __init__(self, settings: PruningConfig) -> None:
         self.settings = settings
         self._sign = -1.0 if settings.direction == "maximize" else 1.0
-        self._at_epoch: dict[int, list[float]] = defaultdict(list)
+        self._at_epoch: dict[int, list[float]] = defaultdict(list)  # sorted: the median is
+        # read, not computed, so a report costs the same however many curves the island has
         self._running: dict[int, list[tuple[int, float]]] = defaultdict(list)
 
     def learn(self, curve: Curve) -> None:
         for epoch, value in curve:
             if value == value:  # NaN never counts
-                self._at_epoch[epoch].append(self._sign * value)
+                bisect.insort(self._at_epoch[epoch], self._sign * value)
 
     def on_report(self, individual: int, epoch: int, value: float) -> Verdict:
         """Never stops on a metric that was not reported (NaN)."""
@@ -42,7 +43,9 @@ class MedianRule:
         seen = self._at_epoch.get(epoch, [])
         if epoch < settings.warmup_epochs or len(seen) < settings.min_completed:
             return False
-        return self._sign * value > statistics.median(seen)
+        middle = len(seen) // 2
+        median = seen[middle] if len(seen) % 2 else (seen[middle - 1] + seen[middle]) / 2
+        return self._sign * value > median
 
     def on_complete(self, individual: int, completed: bool) -> None:
         """A completed (not pruned, not failed) curve joins the references."""
