@@ -273,3 +273,40 @@ def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):
     assert json.loads(open_run(run_dir).jobs["layout"][1])["ids"][0] == 10
     shown = run(atoll_cmd("inspect", str(run_dir)))
     assert "new ids 0-9" in shown.stdout and "new ids 10-" in shown.stdout
+
+
+def test_an_evaluation_a_kill_9_cut_short_continues_from_its_checkpoint(tmp_path):
+    """kill -9 of the whole job in mid-training: the evaluations in flight have no row, only
+    their checkpoints (which keep the individual); the next job continues them under their ids,
+    with at most the one epoch redone that the kill cut short."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        mpirun_cmd(2, "-m", "atoll", "search", "--config", SLOW_CONFIG, "--run-dir",
+                   str(run_dir), "--set", "objective.name=objectives:checkpointed",
+                   "--set", f"objective.options.trace={json.dumps(str(trace))}",
+                   "--set", "objective.options.sleep=0.3", "--set", "search.generations=3",
+                   "--set", "record.flush_interval=0.2"),
+        cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(trace.glob("*.txt"))) < 3:
+            time.sleep(0.05)  # the second evaluation of some worker is under way
+        time.sleep(0.5)
+        kill_tree(proc)
+    finally:
+        kill_tree(proc)
+    recorded = set(open_run(run_dir).individuals["id"].tolist())
+    cut_short = {int(p.stem[3:]) for p in (run_dir / "checkpoints").glob("ind*.h5")} - recorded
+    assert cut_short, "no evaluation was in flight with a checkpoint at the kill"
+    done = resume(run_dir, 2)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = check_complete(run_dir, 6)
+    assert cut_short <= set(ind["id"].tolist())
+    assert (ind["status"] == int(Status.OK)).all() and (ind["loss"] == 6.0).all()
+    for ident in cut_short:
+        epochs = [int(e) for e in (trace / f"{ident}.txt").read_text().split()]
+        assert sorted(set(epochs)) == list(range(6)) and len(epochs) <= 7, (ident, epochs)
+    assert not list((run_dir / "checkpoints").glob("ind*.h5"))

@@ -9,6 +9,9 @@ its id. Every leader runs the same replay, so all workers of an island agree wit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import h5py
 import numpy as np
 
@@ -75,22 +78,33 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     return population
 
 
-def to_continue(individuals: np.ndarray, space: Space, workers: int,
-                worker: int) -> list[Individual]:
+def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int,
+                unrecorded: Mapping[int, Mapping[str, Any]] | None = None) -> list[Individual]:
     """This worker's share of the evaluations that were interrupted and never completed since:
     round robin in order of id over the job's workers (so no worker gets more of them than its
-    share of the budget), each as its last part was recorded, to be continued under its id."""
+    share of the budget), each to be continued under its id. An interrupted one is taken as its
+    last part was recorded; ``unrecorded`` adds those a killed job left only a checkpoint of
+    (id: the individual as the checkpoint keeps it)."""
     status = individuals["status"]
     completed = individuals["id"][np.isin(status, FINISHED)]
     rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
                                                                       completed)]
-    last = {int(ident): n for n, ident in enumerate(rows["id"].tolist())}  # later parts win
-    mine = sorted(last)[worker::workers]
-    return [Individual(
-        id=ident, params={name: rows[name][last[ident]].item() for name in space.names},
-        parents=(int(rows["parent_a"][last[ident]]), int(rows["parent_b"][last[ident]])),
-        origin=_origin(int(rows["origin"][last[ident]]), int(rows["parent_a"][last[ident]])),
-        born=float(rows["born"][last[ident]]), status=Status.INTERRUPTED) for ident in mine]
+    waiting = {}
+    for n, ident in enumerate(rows["id"].tolist()):  # later parts win
+        waiting[int(ident)] = Individual(
+            id=int(ident), params={name: rows[name][n].item() for name in space.names},
+            parents=(int(rows["parent_a"][n]), int(rows["parent_b"][n])),
+            origin=_origin(int(rows["origin"][n]), int(rows["parent_a"][n])),
+            born=float(rows["born"][n]), status=Status.INTERRUPTED)
+    for ident, about in (unrecorded or {}).items():
+        params = {name: about["params"].get(name) for name in space.names}
+        if space.contains(params):
+            parents = about.get("parents", [NO_PARENT, NO_PARENT])
+            waiting[ident] = Individual(
+                id=ident, params=params, parents=(int(parents[0]), int(parents[1])),
+                origin=Origin(int(about.get("origin", Origin.RANDOM))),
+                born=float(about.get("born", 0.0)), status=Status.INTERRUPTED)
+    return [waiting[ident] for ident in sorted(waiting)[worker::workers]]
 
 
 def _origin(value: int, parent_a: int) -> Origin:

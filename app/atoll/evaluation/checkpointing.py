@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from atoll.collective import gather_within
@@ -27,9 +28,11 @@ class CheckpointCalls:
     """One rank's checkpoint calls for one individual; counting them tells a call from a
     left-over of an earlier one that some ranks made alone."""
 
-    def __init__(self, services: WorkerServices, individual_id: int) -> None:
+    def __init__(self, services: WorkerServices, individual_id: int,
+                 about: Mapping[str, Any] | None = None) -> None:
         self.services = services
         self.individual_id = individual_id
+        self.about = about or {}
         self.calls = 0
 
     def save(self, state: Any, epoch: int) -> bool:
@@ -89,7 +92,7 @@ class CheckpointCalls:
         """(saved | refused | disk full | error, message) of the leader's write."""
         assert self.services.checkpoints is not None
         try:
-            saved = self.services.checkpoints.save(self.individual_id, epoch, state)
+            saved = self.services.checkpoints.save(self.individual_id, epoch, state, self.about)
         except full.DiskFull as exc:  # reported: the job stops at the next ctx.report
             log.warning("individual %d: checkpoint at epoch %d not saved (%s); the previous one "
                         "is kept", self.individual_id, epoch, exc)

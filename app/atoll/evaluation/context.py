@@ -68,10 +68,11 @@ class WorkerServices:
         otherwise, never a hang); see :meth:`Meeting.together`."""
         return self.meeting.together(call) if self.meeting is not None else nullcontext()
 
-    def context(self, individual_id: int, params: Mapping[str, Any] | None = None) -> Context:
+    def context(self, individual_id: int, params: Mapping[str, Any] | None = None,
+                about: Mapping[str, Any] | None = None) -> Context:
         """The context of one evaluation (``params``: the individual's, kept with its
-        weights)."""
-        return Context(self, individual_id, params)
+        weights; ``about``: the individual as its checkpoints keep it)."""
+        return Context(self, individual_id, params, about)
 
 
 class Context:
@@ -83,9 +84,11 @@ class Context:
     """
 
     def __init__(self, services: WorkerServices, individual_id: int,
-                 params: Mapping[str, Any] | None = None) -> None:
+                 params: Mapping[str, Any] | None = None,
+                 about: Mapping[str, Any] | None = None) -> None:
         self._services = services
         self._params: Mapping[str, Any] = params or {}
+        self._about: Mapping[str, Any] = about or {}
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""
@@ -221,4 +224,4 @@ class Context:
 
     @functools.cached_property
     def _checkpoints(self) -> CheckpointCalls:
-        return CheckpointCalls(self._services, self.individual_id)
+        return CheckpointCalls(self._services, self.individual_id, self._about)

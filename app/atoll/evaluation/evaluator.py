@@ -60,7 +60,9 @@ class WorkerEvaluator:
                    maximize=config.objective.direction == "maximize")
 
     def __call__(self, ind: Individual) -> None:
-        ctx = self.services.context(ind.id, ind.params)
+        ctx = self.services.context(ind.id, ind.params, about={
+            "params": ind.params, "origin": int(ind.origin), "parents": list(ind.parents),
+            "born": ind.born})
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)

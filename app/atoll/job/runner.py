@@ -289,7 +289,11 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology
     if not plan.resumed:
         return None, [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
-    waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker)
+    store = CheckpointStore(paths, plan.run_id)
+    unrecorded = {c.individual: c.about
+                  for c in store.unrecorded(set(individuals["id"].tolist()))}
+    waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker,
+                          unrecorded)
     if waiting:
         log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
                  ", ".join(str(i.id) for i in waiting))

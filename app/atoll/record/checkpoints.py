@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,16 @@ class Checkpoint:
     epoch: int
 
 
+@dataclass(frozen=True)
+class Unrecorded:
+    """A checkpoint of an individual the record has no row of (its job was killed in the
+    middle of its evaluation): what the next job needs to continue it under its id."""
+
+    individual: int
+    about: dict[str, Any]
+    """The individual's ``params``, ``origin``, ``parents`` and ``born``, as saved with it."""
+
+
 class CheckpointStore:
     """The checkpoints of one run, as its worker leaders keep them.
 
@@ -60,14 +72,16 @@ class CheckpointStore:
         self.run_id = run_id
         self.limit_mb = limit_mb
 
-    def save(self, individual_id: int, epoch: int, state: Any) -> bool:
+    def save(self, individual_id: int, epoch: int, state: Any,
+             about: Mapping[str, Any] | None = None) -> bool:
         """Write the individual's checkpoint at ``epoch``; False if the limit refused it.
 
         TypeError names a part of ``state`` that cannot be stored; a full disk raises
         :class:`~atoll.record.full.DiskFull` (reported: the job stops) and keeps the previous
-        checkpoint."""
+        checkpoint. ``about``: the individual itself (JSON-able), so that a job killed during its
+        evaluation, which records no row of it, still lets the next job continue it."""
         path = self.paths.checkpoint_file(individual_id)
-        data = self._build(individual_id, epoch, state)
+        data = self._build(individual_id, epoch, state, about or {})
         if not self._fits(path, len(data)):
             return False
         with full.creating(path):
@@ -96,7 +110,28 @@ class CheckpointStore:
         """Delete the individual's checkpoint: its evaluation completed (ok, failed, pruned)."""
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
 
-    def _build(self, individual_id: int, epoch: int, state: Any) -> memoryview:
+    def unrecorded(self, recorded: set[int]) -> list[Unrecorded]:
+        """Trusted checkpoints of this run whose individuals have no row in the record, in
+        order of id (a damaged or foreign one is warned of and left)."""
+        found = []
+        for ident, path in sorted(self.paths.checkpoint_files().items()):
+            if ident in recorded:
+                continue
+            try:
+                self._verify(path)
+                with h5py.File(path, "r", locking=False) as f:
+                    self._check_owner(f, ident)
+                    about = json.loads(text(f.attrs.get("about", "{}")))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: not continued (%s)", path, str(exc).splitlines()[0]
+                            if str(exc) else type(exc).__name__)
+                continue
+            if isinstance(about, dict) and isinstance(about.get("params"), dict):
+                found.append(Unrecorded(ident, about))
+        return found
+
+    def _build(self, individual_id: int, epoch: int, state: Any,
+               about: Mapping[str, Any]) -> memoryview:
         buffer = io.BytesIO()
         with h5py.File(buffer, "w", userblock_size=USER_BLOCK) as f:
             f.attrs["kind"] = KIND
@@ -105,6 +140,7 @@ class CheckpointStore:
             f.attrs["individual"] = individual_id
             f.attrs["epoch"] = int(epoch)
             f.attrs["saved"] = time.time()
+            f.attrs["about"] = json.dumps(dict(about))
             write_state(f, "state", state)
         data = buffer.getbuffer()
         digest = hashlib.sha256(data[USER_BLOCK:]).hexdigest().encode()
@@ -125,6 +161,14 @@ class CheckpointStore:
         return False
 
     def _read(self, path: Path, individual_id: int, map_location: Any) -> Checkpoint:
+        self._verify(path)
+        with h5py.File(path, "r", locking=False) as f:
+            self._check_owner(f, individual_id)
+            return Checkpoint(read_state(f["state"], map_location), int(f.attrs["epoch"]))
+
+    @staticmethod
+    def _verify(path: Path) -> None:
+        """The content matches the checksum in the user block (ValueError if not)."""
         with open(path, "rb") as handle:
             header = handle.read(USER_BLOCK)
             digest = hashlib.sha256()
@@ -133,16 +177,17 @@ class CheckpointStore:
         if not header.startswith(MAGIC) or \
                 header[len(MAGIC):len(MAGIC) + 64] != digest.hexdigest().encode():
             raise ValueError("damaged: its checksum does not match its content")
-        with h5py.File(path, "r", locking=False) as f:
-            kind, run_id = text(f.attrs.get("kind", "")), text(f.attrs.get("run_id", ""))
-            owner = int(f.attrs.get("individual", -1))
-            if kind != KIND or int(f.attrs.get("format_version", 0)) > FORMAT_VERSION:
-                raise ValueError(f"not a checkpoint this Atoll reads ({kind or 'no kind'})")
-            if run_id != self.run_id or owner != individual_id:
-                raise ValueError(f"foreign: written for run {run_id or 'none'}, individual "
-                                 f"{owner} (this is run {self.run_id}, individual "
-                                 f"{individual_id})")
-            return Checkpoint(read_state(f["state"], map_location), int(f.attrs["epoch"]))
+
+    def _check_owner(self, f: h5py.File, individual_id: int) -> None:
+        """A checkpoint of this run and this individual (ValueError if not)."""
+        kind, run_id = text(f.attrs.get("kind", "")), text(f.attrs.get("run_id", ""))
+        owner = int(f.attrs.get("individual", -1))
+        if kind != KIND or int(f.attrs.get("format_version", 0)) > FORMAT_VERSION:
+            raise ValueError(f"not a checkpoint this Atoll reads ({kind or 'no kind'})")
+        if run_id != self.run_id or owner != individual_id:
+            raise ValueError(f"foreign: written for run {run_id or 'none'}, individual "
+                             f"{owner} (this is run {self.run_id}, individual "
+                             f"{individual_id})")
 
 
 def checkpoint_bytes(paths: RunPaths) -> tuple[int, int]:
