@@ -525,7 +525,8 @@ CASES = [
     Case("resume_with_a_disallowed_set", RESUME + ("--set", "evolution.mutation=0.9"),
          "atoll: error: --set 'evolution.mutation=0.9': a resume may change only "
          "search.ranks_per_worker, search.islands, search.wall_time, record.flush_interval, "
-         "search.evaluations; start a new run to change evolution.mutation",
+         "search.evaluations, search.give_up_after; start a new run to change "
+         "evolution.mutation",
          setup=existing_run),
     Case("inspect_of_a_foreign_dir", INSPECT,
          "atoll: error: {run_dir}: not an Atoll run (no run.h5, worker files or results.h5)",
