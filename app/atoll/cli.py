@@ -212,8 +212,9 @@ def _finish(summary: Any, top: int) -> None:
 @click.argument("run_dir", type=RunDir())
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a job-level setting for this job only: search.ranks_per_worker, "
-                   "search.islands, search.wall_time or record.flush_interval; or the run's "
-                   "total budget, search.evaluations (a larger one extends the run).")
+                   "search.islands, search.wall_time, record.flush_interval or "
+                   "search.give_up_after; or the run's total budget, search.evaluations (a "
+                   "larger one extends the run).")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(min=0),
               help="Best individuals to list at the end.")
 @_progress_options
