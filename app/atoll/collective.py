@@ -142,7 +142,7 @@ def _receive(comm: MPI.Comm, sources: Iterable[int], tag: int, key: Any, deadlin
              ) -> dict[int, Any]:
     """The items of the ``key`` messages that ``sources`` sent by ``deadline``, by source;
     messages of other keys (calls some ranks made alone) are dropped."""
-    from atoll.engine.backoff import Backoff
+    from atoll.backoff import Backoff
 
     waiting, got = set(sources), {}
     backoff = Backoff()
