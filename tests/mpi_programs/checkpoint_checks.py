@@ -103,13 +103,13 @@ def misuse(base: Path) -> dict[str, Any]:
     """Calls on some ranks only, then different epochs, then proper calls."""
     rank, facts = COMM.Get_rank(), {}
     run_dir = base / "misuse"
+    # The contexts on every rank (their services are made collectively), the calls on one.
+    alone = [make_ctx(run_dir, "run", ident, 1, group=SHORT) for ident in (50, 51)]
     if rank == 0:
-        facts["leader_only_save"] = attempt(
-            lambda: make_ctx(run_dir, "run", 50, 1, group=SHORT).save_checkpoint({"w": 1}, 0))
+        facts["leader_only_save"] = attempt(lambda: alone[0].save_checkpoint({"w": 1}, 0))
     COMM.Barrier()
     if rank == 1:
-        facts["follower_only_load"] = attempt(
-            lambda: make_ctx(run_dir, "run", 51, 1, group=SHORT).load_checkpoint())
+        facts["follower_only_load"] = attempt(lambda: alone[1].load_checkpoint())
     COMM.Barrier()
     ctx = make_ctx(run_dir, "run", 52, 1, group=SHORT)
     facts["different_epochs"] = attempt(lambda: ctx.save_checkpoint({"w": 1}, 1 + rank))
