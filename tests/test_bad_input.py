@@ -57,6 +57,7 @@ SEARCH = ("search", "--config", "{config}", "--run-dir", "{run_dir}")
 SEARCH_SLOW = ("search", "--config", SLOW_CONFIG, "--run-dir", "{run_dir}",
                "--set", "search.generations=4")  # the settings of the base run below
 RESUME = ("resume", "{run_dir}")
+REPORT = ("report", "{run_dir}")
 INSPECT = ("inspect", "{run_dir}")
 AS_ROOT = os.geteuid() == 0
 
@@ -155,6 +156,34 @@ def jobs_rows_huge(s: Setup) -> Placeholders:
 def budget_not_a_count(s: Setup) -> Placeholders:
     existing_run(s)
     _set_attr(s.run_dir / "run.h5", "budget", "lots")
+    return None
+
+
+def _edit_rows(path: Path, column: str, row: int, value: int) -> None:
+    """Overwrite one committed value in place, as damage would (no check on the way in)."""
+    with h5py.File(path, "r+") as f:
+        rows = f["individuals"][:]
+        rows[column][row] = value
+        f["individuals"][...] = rows
+
+
+def status_out_of_enum(s: Setup) -> Placeholders:
+    existing_run(s)
+    _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", "status", 1, 7)
+    return None
+
+
+def id_twice(s: Setup) -> Placeholders:
+    existing_run(s)
+    _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", "id", 2, 0)
+    return None
+
+
+def id_in_two_files(s: Setup) -> Placeholders:
+    """A worker file copied to a later job's name: its ids twice in one run."""
+    existing_run(s)
+    shutil.copy(s.run_dir / "workers" / "job000-worker00000.h5",
+                s.run_dir / "workers" / "job001-worker00000.h5")
     return None
 
 
@@ -579,6 +608,21 @@ CASES = [
     Case("budget_not_a_count_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: attribute 'budget' is 'lots', not a count: the file "
          "is damaged; restore it from a backup", setup=budget_not_a_count),
+    *(Case(f"status_out_of_enum_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals' row 1: "
+           "status is 7, not one of failed, interrupted, ok, pruned: the file is damaged; "
+           "restore it from a backup, or move it out of the run directory",
+           setup=status_out_of_enum) for argv in (RESUME, INSPECT, REPORT)),
+    *(Case(f"id_twice_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals': "
+           "individual id 0 is recorded twice: the file is damaged; restore it from a backup, "
+           "or move it out of the run directory", setup=id_twice)
+      for argv in (RESUME, INSPECT, REPORT)),
+    *(Case(f"id_in_two_files_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job001-worker00000.h5: individual id 0 is recorded "
+           "in job000-worker00000.h5 too: one of the two files is damaged or a copy; restore it "
+           "from a backup, or move it out of the run directory", setup=id_in_two_files)
+      for argv in (RESUME, INSPECT, REPORT)),
     Case("run_file_without_jobs_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
          "object (object 'jobs' doesn't exist)\"); restore it from a backup",
@@ -689,7 +733,8 @@ def prepared(case: Case, tmp: Path, base: Path) -> Iterator[tuple[list[str], str
 
 
 def env_for(tmp: Path) -> dict[str, str]:
-    return mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(tmp / "mods")]))
+    return mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "app"), str(ROOT / "tests"), str(ROOT),
+                                               str(tmp / "mods")]))
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
@@ -723,7 +768,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, base_run: Path) -> None:
 def test_the_catalogue_covers_the_issue() -> None:
     assert len(CASES) >= 25
     assert len({c.id for c in CASES}) == len(CASES)
-    assert {c.argv[0] for c in CASES} == {"search", "resume", "inspect"}
+    assert {c.argv[0] for c in CASES} == {"search", "resume", "inspect", "report"}
     assert all(c.expected.startswith("atoll: error: ") and "\n" not in c.expected for c in CASES)
 
 

@@ -31,6 +31,7 @@ from atoll.record._h5 import (
 )
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
+    DAMAGED_HINT,
     EPOCH_COLUMNS,
     NEW_EPOCHS,
     committed,
@@ -38,6 +39,7 @@ from atoll.record.schema import (
     individual_dtype,
     job_dtype,
     migration_dtype,
+    repeated,
 )
 from atoll.space import Space
 
@@ -100,6 +102,7 @@ def open_run(run_dir: str | Path) -> RunData:
     for worker_file, part in zip(workers, parts, strict=True):
         if part[4] != expected:
             raise foreign_file(worker_file, part[4], expected)
+    _check_unique_ids(workers, [p[0] for p in parts])
     metrics = _union((p[1].dtype.names or ())[len(EPOCH_COLUMNS):] for p in parts)
     meta.update(source="workers", worker_files=[str(p) for p in workers],
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
@@ -123,6 +126,7 @@ def read_completed(run_dir: str | Path) -> np.ndarray:
     for path in workers:
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             tables.append(committed(f["individuals"]))
+    _check_unique_ids(workers, tables)
     return _by(_concat(tables, individual_dtype(space)), "id")
 
 
@@ -139,6 +143,7 @@ def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.n
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             individuals.append(committed(f["individuals"]))
             migrations.append(committed(f["migrations"]))
+    _check_unique_ids(workers, individuals)
     return (_concat(individuals, individual_dtype(space)),
             _concat(migrations, migration_dtype()))
 
@@ -156,6 +161,17 @@ def read_curves(path: Path, metric: str, known: set[int]
     rows = epochs[np.isin(epochs["individual"], new)]
     return [(ident, [(int(r["epoch"]), float(r[metric]))
                      for r in rows[rows["individual"] == ident]]) for ident in new]
+
+
+def _check_unique_ids(files: list[Path], tables: list[np.ndarray]) -> None:
+    """An id in two worker files: one of them is damaged, or a copy of the other's rows."""
+    ids = [t["id"] for t in tables]
+    twice = repeated(np.concatenate(ids)) if ids else None
+    if twice is None:
+        return
+    first, second = (p for p, held in zip(files, ids, strict=True) if twice in held)
+    raise RecordError(f"{second}: individual id {twice} is recorded in {first.name} too: one "
+                      f"of the two files is damaged or a copy; {DAMAGED_HINT}")
 
 
 def _hint(path: Path) -> str:

@@ -250,5 +250,28 @@ def committed_rows(ds: h5py.Dataset) -> int:
 
 
 def committed(ds: h5py.Dataset) -> np.ndarray:
-    """The committed rows of a table."""
-    return ds[: committed_rows(ds)]
+    """The committed rows of a table, checked: an enum column holds only its names' values,
+    and individual ids are unique (every reader, resume too, refuses damage said in one line
+    instead of crashing on it later or carrying it into the next job)."""
+    rows = ds[: committed_rows(ds)]
+    where = f"{ds.file.filename}: table {ds.name.lstrip('/')!r}"
+    for name in rows.dtype.names or ():
+        enum = h5py.check_enum_dtype(rows.dtype[name])
+        if enum:
+            bad = np.flatnonzero(~np.isin(rows[name], list(enum.values())))
+            if len(bad):
+                raise RecordError(f"{where} row {bad[0]}: {name} is {rows[name][bad[0]]}, not one "
+                                  f"of {', '.join(enum)}: the file is damaged; {DAMAGED_HINT}")
+    if ds.name.lstrip("/") == "individuals":
+        twice = repeated(rows["id"])
+        if twice is not None:
+            raise RecordError(f"{where}: individual id {twice} is recorded twice: the file is "
+                              f"damaged; {DAMAGED_HINT}")
+    return rows
+
+
+def repeated(ids: np.ndarray) -> int | None:
+    """The smallest id that occurs more than once, or None."""
+    values, counts = np.unique(ids, return_counts=True)
+    twice = values[counts > 1]
+    return int(twice[0]) if len(twice) else None
