@@ -4,6 +4,7 @@ errors a user can act on, and JSON attributes."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import io
 import json
@@ -89,13 +90,35 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None,
 def _open_read(path: Path) -> h5py.File:
     """A worker file whose writer runs or was killed is marked open for writing: SWMR read mode
     reads it (see :mod:`atoll.record.writer`). Every other file opens plainly, which finds
-    damage at once, where SWMR mode retries every unreadable piece for minutes."""
+    damage at once, where SWMR mode retries every unreadable piece."""
     try:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
         if "already open for write" not in str(exc):
             raise
-    return h5py.File(path, "r", locking=False, swmr=True)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_file_locking(False, False)
+    fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+    _set_read_attempts(fapl, SWMR_READ_ATTEMPTS)
+    return h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY
+                                   | h5py.h5f.ACC_SWMR_READ, fapl=fapl))
+
+
+SWMR_READ_ATTEMPTS = 30
+"""Reads of a piece of metadata in SWMR mode before it counts as damaged. A reader may meet a
+piece the writer is rewriting, so HDF5 reads again after a wait that doubles from a
+nanosecond: its default of 100 attempts waits for days on a piece that is damaged (a killed
+writer's file hung every reader). 30 attempts wait about a second in all, far longer than a
+writer takes to rewrite a piece."""
+
+
+def _set_read_attempts(fapl: h5py.h5p.PropFAID, attempts: int) -> None:
+    """``H5Pset_metadata_read_attempts``, which h5py does not wrap, called in the HDF5 library
+    h5py's own modules use (a symbol looked up through a module finds its dependencies')."""
+    function = ctypes.CDLL(h5py.h5p.__file__).H5Pset_metadata_read_attempts
+    function.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    if function(fapl.id, attempts) < 0:
+        raise RuntimeError("H5Pset_metadata_read_attempts failed")
 
 
 def file_kind(path: Path) -> str:
