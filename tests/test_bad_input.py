@@ -159,24 +159,31 @@ def budget_not_a_count(s: Setup) -> Placeholders:
     return None
 
 
-def _edit_rows(path: Path, column: str, row: int, value: int) -> None:
-    """Overwrite one committed value in place, as damage would (no check on the way in)."""
+def _edit_rows(path: Path, column: str, row: int, value: float, *, unsum: bool = False
+               ) -> None:
+    """Overwrite one committed value in place, as damage would (no check on the way in).
+    ``unsum``: drop the rows' checksum too, as in a file written before checksums."""
     with h5py.File(path, "r+") as f:
         rows = f["individuals"][:]
         rows[column][row] = value
         f["individuals"][...] = rows
+        if unsum:
+            del f["individuals"].attrs["checksum"]
 
 
-def status_out_of_enum(s: Setup) -> Placeholders:
-    existing_run(s)
-    _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", "status", 1, 7)
-    return None
+def edited_row(column: str, row: int, value: float, *, unsum: bool = False
+               ) -> Callable[[Setup], Placeholders]:
+    def setup(s: Setup) -> Placeholders:
+        existing_run(s)
+        _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", column, row, value,
+                   unsum=unsum)
+        return None
+
+    return setup
 
 
-def id_twice(s: Setup) -> Placeholders:
-    existing_run(s)
-    _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", "id", 2, 0)
-    return None
+status_out_of_enum = edited_row("status", 1, 7, unsum=True)
+id_twice = edited_row("id", 2, 0, unsum=True)
 
 
 def id_in_two_files(s: Setup) -> Placeholders:
@@ -618,6 +625,14 @@ CASES = [
            "individual id 0 is recorded twice: the file is damaged; restore it from a backup, "
            "or move it out of the run directory", setup=id_twice)
       for argv in (RESUME, INSPECT, REPORT)),
+    *(Case(f"{what}_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals': rows 0 "
+           "to 3 do not match their checksum (a value in them changed after it was written): "
+           "the file is damaged; restore it from a backup, or move it out of the run directory",
+           setup=edited_row(column, 2, value))
+      for argv in (RESUME, INSPECT, REPORT)
+      for what, column, value in (("loss_overwritten", "loss", -1e300),
+                                  ("id_overwritten", "id", 2**62))),
     *(Case(f"id_in_two_files_{argv[0]}", argv,
            "atoll: error: {run_dir}/workers/job001-worker00000.h5: individual id 0 is recorded "
            "in job000-worker00000.h5 too: one of the two files is damaged or a copy; restore it "

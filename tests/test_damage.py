@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -60,9 +61,42 @@ def flip_header_bytes(path: Path, table: str = "individuals") -> None:
         handle.write(bytes(b ^ 0xFF for b in data))
 
 
+def overwrite_loss(path: Path, row: int = 2, value: float = -1e300) -> None:
+    """Overwrite one committed loss in the file's bytes (h5py cannot write a file marked open
+    for writing): the best loss of the run, were it believed."""
+    with h5py.File(path, "r", swmr=True, locking=False) as f:
+        ds = f["individuals"]
+        assert ds.attrs["rows"] > row
+        kind = ds.id.get_type()
+        where = ds.id.get_chunk_info(0).byte_offset + row * kind.get_size() \
+            + kind.get_member_offset(kind.get_member_index(b"loss"))
+    with open(path, "r+b") as handle:
+        handle.seek(where)
+        handle.write(struct.pack("<d", value))
+
+
 def record_bytes(run_dir: Path) -> dict[str, bytes]:
     """The record files' bytes (the claim file is the job's business, not the record's)."""
     return {p.name: p.read_bytes() for p in [run_dir / "run.h5", *run_dir.glob("workers/*")]}
+
+
+@pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])
+def test_a_changed_value_in_a_killed_jobs_rows_is_refused_by_every_reader(
+        tmp_path: Path, killed_run: Path, argv: tuple[str, ...]) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(killed_run, run_dir)
+    damaged = run_dir / "workers" / "job000-worker00002.h5"
+    overwrite_loss(damaged)
+    before = record_bytes(run_dir)
+    done = run(atoll_cmd(*argv, str(run_dir)), timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    line = done.stderr.splitlines()[-1]
+    assert line.startswith(f"atoll: error: {damaged}: table 'individuals': rows 0 to "), line
+    assert line.endswith(" do not match their checksum (a value in them changed after it was "
+                         "written): the file is damaged; restore it from a backup, or move it "
+                         "out of the run directory"), line
+    assert record_bytes(run_dir) == before
 
 
 @pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])

@@ -48,6 +48,7 @@ from atoll.record.schema import (
     committed_rows,
     create_table,
     job_dtype,
+    seal,
 )
 from atoll.space import Space
 
@@ -242,6 +243,7 @@ def begin_job(paths: RunPaths, *, layout: Mapping[str, int], hosts: list[str],
         ds.resize((job + 1,))
         ds[job:] = row
         ds.attrs[ROWS_ATTR] = job + 1
+        seal(ds)
         return job
 
     return _edit(paths, append)
@@ -258,6 +260,7 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
         row["stop"] = stop
         row["exit_code"] = exit_code
         ds[job] = row
+        seal(ds)
 
     _edit(paths, close_row)
 
