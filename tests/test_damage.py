@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -122,3 +123,48 @@ def test_a_damaged_file_of_a_killed_job_ends_every_reader_in_seconds(
         f"{hint}"), done.stderr
     assert record_bytes(run_dir) == before
     assert os.path.exists(damaged)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    done = run(atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+                         "--set", "search.generations=4"), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run_dir
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"not hdf5 at all\n" * 64)
+
+
+def changed_loss(path: Path) -> None:
+    with h5py.File(path, "r+") as f:
+        rows = f["individuals"][:]
+        rows["loss"][1] = -1e300
+        f["individuals"][...] = rows
+
+
+@pytest.mark.parametrize("damage", [garbage, changed_loss])
+def test_a_damaged_results_file_is_said_and_resume_writes_it_again(
+        tmp_path: Path, finished_run: Path, damage: Callable[[Path], None]) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    results = run_dir / "results.h5"
+    damage(results)
+    warning = f"Warning: {results}: "
+    hint = f"; 'atoll resume {run_dir}' writes it again from the worker files"
+    for argv in (("inspect",), ("report", "--no-plots")):
+        done = run(atoll_cmd(*argv, str(run_dir)), timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        said = [line for line in done.stdout.splitlines() if line.startswith(warning)]
+        assert len(said) == 1 and said[0].endswith(hint), done.stdout
+
+    done = run(atoll_cmd("resume", str(run_dir)), timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{results}: " in done.stderr and "; writing it again from the worker files" \
+        in done.stderr, done.stderr
+    rebuilt, workers = open_run(results), open_run(run_dir)
+    assert rebuilt.metadata["source"] == "results"
+    assert rebuilt.individuals.tolist() == workers.individuals.tolist()
+    assert "warning" not in workers.metadata

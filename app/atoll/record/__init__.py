@@ -12,7 +12,14 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 from atoll.record._h5 import plain
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
-from atoll.record.reader import RunData, open_run, read_completed, read_curves, read_history
+from atoll.record.reader import (
+    RunData,
+    open_run,
+    read_completed,
+    read_curves,
+    read_history,
+    results_problem,
+)
 from atoll.record.run import (
     RunInfo,
     begin_job,
@@ -48,6 +55,7 @@ __all__ = [
     "read_completed",
     "read_curves",
     "read_history",
+    "results_problem",
     "set_budget",
     "slurm_ids",
     "software_versions",

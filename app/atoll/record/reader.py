@@ -107,6 +107,9 @@ def open_run(run_dir: str | Path) -> RunData:
     meta.update(source="workers", worker_files=[str(p) for p in workers],
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])
+    damage = results_problem(paths)
+    if damage:
+        meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
     return RunData(
         individuals=_by(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
         epochs=_by(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual", "epoch"),
@@ -174,6 +177,20 @@ def _check_unique_ids(files: list[Path], tables: list[np.ndarray]) -> None:
                       f"of the two files is damaged or a copy; {DAMAGED_HINT}")
 
 
+def results_problem(paths: RunPaths, hint: str = "") -> str:
+    """What is wrong with the run's results.h5 ending with ``hint``, '' if it is missing or
+    whole. It is a copy of the worker files, made at each job's end: a damaged one is said and
+    written again (by ``atoll resume``), never read in their place while they are there."""
+    if not paths.results_file.exists():
+        return ""
+    try:
+        _read_results(paths.results_file, hint=hint or f"'atoll resume {paths.run_dir}' writes "
+                                                       "it again from the worker files")
+    except RecordError as exc:
+        return str(exc)
+    return ""
+
+
 def _hint(path: Path) -> str:
     return f"move it out of {path.parent} to read the rest of the run"
 
@@ -213,12 +230,13 @@ def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, 
             raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
 
 
-def _read_results(path: Path) -> RunData:
-    with open_h5(path, hint=_results_hint(path), kind=RESULTS_KIND) as f:
+def _read_results(path: Path, hint: str = "") -> RunData:
+    hint = hint or _results_hint(path)
+    with open_h5(path, hint=hint, kind=RESULTS_KIND) as f:
         stored = json_attr(f, "space", path)
         config_table = json_attr(f, "config_json", path)
         meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
-        tables = {name: _table(f, name, path, _results_hint(path)) for name in TABLES}
+        tables = {name: _table(f, name, path, hint) for name in TABLES}
     return RunData(**tables, space=_space(stored, path), config_table=config_table,
                    metadata=meta)
 
@@ -227,8 +245,11 @@ def _table(f: h5py.File, name: str, path: Path, hint: str) -> np.ndarray:
     """A whole table's committed rows; a missing or unreadable one is damage, said in one line."""
     try:
         return decoded(committed(f[name]))
-    except RecordError:
-        raise
+    except RecordError as exc:  # committed() ends with what to do with a worker file
+        text = str(exc)
+        if not text.endswith(DAMAGED_HINT):
+            raise
+        raise RecordError(text.removesuffix(DAMAGED_HINT) + hint) from exc
     except (KeyError, OSError, RuntimeError, ValueError, TypeError) as exc:
         raise RecordError(f"{path}: damaged {name} table ({exc}); {hint}") from exc
 
