@@ -194,6 +194,22 @@ def id_in_two_files(s: Setup) -> Placeholders:
     return None
 
 
+def run_file_gone(s: Setup) -> Placeholders:
+    existing_run(s)
+    (s.run_dir / "run.h5").unlink()
+    return None
+
+
+def run_file_root_attributes_flipped(s: Setup) -> Placeholders:
+    """8 bytes inverted where HDF5 keeps the names of run.h5's root attributes."""
+    existing_run(s)
+    path = s.run_dir / "run.h5"
+    data = path.read_bytes()
+    at = data.index(b"schema_version")
+    path.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 8]) + data[at + 8:])
+    return None
+
+
 def run_file_without_jobs(s: Setup) -> Placeholders:
     existing_run(s)
     with h5py.File(s.run_dir / "run.h5", "r+") as f:
@@ -638,6 +654,15 @@ CASES = [
            "in job000-worker00000.h5 too: one of the two files is damaged or a copy; restore it "
            "from a backup, or move it out of the run directory", setup=id_in_two_files)
       for argv in (RESUME, INSPECT, REPORT)),
+    Case("run_file_gone", RESUME,
+         "atoll: error: {run_dir}/run.h5: not found, but the run's other files are there; "
+         "restore run.h5 from a backup to resume the run ('atoll inspect' and 'atoll report' "
+         "read it without run.h5)", setup=run_file_gone),
+    *(Case(f"run_file_root_attributes_flipped_{argv[0]}", argv,
+           "atoll: error: {run_dir}/run.h5: damaged (Can't synchronously determine if attribute "
+           "exists by name (incorrect metadata checksum after all read attempts)); restore it "
+           "from a backup" + hint, setup=run_file_root_attributes_flipped)
+      for argv, hint in ((RESUME, ", or start a new run directory"), (INSPECT, ""))),
     Case("run_file_without_jobs_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
          "object (object 'jobs' doesn't exist)\"); restore it from a backup",

@@ -142,8 +142,9 @@ def write_error(path: Path, exc: OSError) -> RecordError:
 
 
 def check_version(f: h5py.File, path: Path, kind: str | None) -> int:
-    found = f.attrs.get(KIND_ATTR)
-    version = f.attrs.get("schema_version")
+    # ``in`` first: attrs.get takes an attribute HDF5 cannot read (damage) for a missing one.
+    found = f.attrs[KIND_ATTR] if KIND_ATTR in f.attrs else None
+    version = f.attrs["schema_version"] if "schema_version" in f.attrs else None
     if version is None or (kind is not None and found != kind):
         what = f"an {found!r} file" if found else "not an Atoll file"
         expected = f"; expected an {kind!r} file" if kind else ""

@@ -140,6 +140,10 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     if not run_dir.is_dir():
         raise RecordError(f"{run_dir}: no such directory; give the directory of an Atoll run")
     if not paths.run_file.exists():
+        if paths.worker_files() or paths.results_file.exists():
+            raise RecordError(f"{paths.run_file}: not found, but the run's other files are "
+                              "there; restore run.h5 from a backup to resume the run ('atoll "
+                              "inspect' and 'atoll report' read it without run.h5)")
         raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
                           "of an Atoll run, or use 'atoll search' to start a new one")
     with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND) as f:
