@@ -9,7 +9,7 @@ Layout of a run directory (built only by :class:`RunPaths`)::
 Only h5py, numpy and the standard library are used here: never torch, never mpi4py.
 """
 
-from atoll.record._h5 import plain
+from atoll.record._h5 import plain, written_whole
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
 from atoll.record.reader import (
@@ -59,4 +59,5 @@ __all__ = [
     "set_budget",
     "slurm_ids",
     "software_versions",
+    "written_whole",
 ]
