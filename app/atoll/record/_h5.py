@@ -161,17 +161,27 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
+def attr(obj: h5py.HLObject, name: str, path: Path, default: Any = None) -> Any:
+    """An attribute's value, ``default`` if it has none; one that HDF5 cannot read is damage
+    (its text in the file is unreadable), said in one line."""
+    try:
+        return obj.attrs[name] if name in obj.attrs else default
+    except (OSError, RuntimeError, KeyError) as exc:
+        raise RecordError(f"{path}: attribute {name!r} cannot be read ({exc}): the file is "
+                          "damaged; restore it from a backup") from exc
+
+
 def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
     try:
-        return json.loads(text(obj.attrs[name]))
-    except (KeyError, ValueError) as exc:
+        return json.loads(text(attr(obj, name, path, "")))
+    except ValueError as exc:
         raise RecordError(f"{path}: attribute {name!r} is missing or not JSON ({exc}); the "
                           "file is damaged") from exc
 
 
 def count_attr(obj: h5py.HLObject, name: str, path: Path, default: int = 0) -> int:
     """An attribute that must be a count (an integer >= 0), e.g. the run's budget."""
-    value = obj.attrs.get(name, default)
+    value = attr(obj, name, path, default)
     value = value.item() if isinstance(value, np.generic) else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RecordError(f"{path}: attribute {name!r} is {str(value)[:40]!r}, not a count: the "
@@ -184,7 +194,7 @@ RUN_ID_ATTR = "run_id"
 
 def run_id_of(f: h5py.File) -> str:
     """The id of the run a file belongs to ('' in files written before run ids)."""
-    return text(f.attrs.get(RUN_ID_ATTR, ""))
+    return text(attr(f, RUN_ID_ATTR, Path(f.filename), ""))
 
 
 def foreign_file(path: Path, found: str, expected: str) -> RecordError:

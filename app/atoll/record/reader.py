@@ -21,6 +21,7 @@ from atoll.record._h5 import (
     RESULTS_KIND,
     RUN_KIND,
     WORKER_KIND,
+    attr,
     count_attr,
     decoded,
     foreign_file,
@@ -259,8 +260,8 @@ def _root_attrs(f: h5py.File) -> dict[str, Any]:
             "main_metric", "run_id")
     out: dict[str, Any] = {"budget": count_attr(f, "budget", Path(f.filename))}
     for key in keep:
-        if key in f.attrs:
-            value = f.attrs[key]
+        value = attr(f, key, Path(f.filename))
+        if value is not None:
             out[key] = text(value) if isinstance(value, (str, bytes)) else value.item()
     return out
 
