@@ -814,6 +814,19 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
     assert after == before  # same files, same bytes, nothing new (or still nothing at all)
 
 
+def test_a_space_far_too_large_is_refused_at_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[objective]\nname = "sphere"\ndimensions = 100000\n')
+    done = run(atoll_cmd("search", "--config", str(config), "--run-dir", str(tmp_path / "run")),
+               timeout=30, env=env_for(tmp_path))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == (
+        "atoll: error: space: 100000 parameters (588,890 characters of names) are more than an "
+        "HDF5 table's columns can describe (about 1,000 short-named ones fit; no table has more "
+        "than 4,096 columns); use fewer parameters or shorter names\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_debug_shows_the_traceback(tmp_path: Path, base_run: Path) -> None:
     case = next(c for c in CASES if c.id == "newer_schema")
     with prepared(case, tmp_path, base_run) as (cmd, expected, _):

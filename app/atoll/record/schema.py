@@ -167,16 +167,26 @@ def check_record_fits(space: Space) -> None:
     files instead, the failure would leave the job "running" and recur on every resume.
     """
     dtype = individual_dtype(space)
-    try:
-        with h5py.File(io.BytesIO(), "w") as f:
-            f.create_dataset("individuals", shape=(0,), maxshape=(None,), chunks=(1,),
-                             dtype=dtype)
-    except (ValueError, OSError, RuntimeError) as exc:
+    reason = ""
+    if len(dtype.names or ()) > MAX_COLUMNS:
+        reason = f"no table has more than {MAX_COLUMNS:,} columns"
+    else:
+        try:
+            with h5py.File(io.BytesIO(), "w") as f:
+                f.create_dataset("individuals", shape=(0,), maxshape=(None,), chunks=(1,),
+                                 dtype=dtype)
+        except (ValueError, OSError, RuntimeError) as exc:
+            reason = str(exc).splitlines()[0]
+    if reason:
         names = sum(len(n) for n in space.names)
         raise ConfigError(f"space: {len(space)} parameters ({names:,} characters of names) are "
                           "more than an HDF5 table's columns can describe (about 1,000 short-named "
-                          f"ones fit; {str(exc).splitlines()[0]}); use fewer parameters or "
-                          "shorter names") from None
+                          f"ones fit; {reason}); use fewer parameters or shorter names")
+
+
+MAX_COLUMNS = 4096
+"""More columns than any table's column list holds: each column takes at least 16 of its 64 KiB.
+A larger space is refused without asking HDF5, which takes minutes to build such a type."""
 
 
 def epoch_dtype(metric_names: Iterable[str]) -> np.dtype:
