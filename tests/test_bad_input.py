@@ -27,6 +27,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +58,7 @@ SEARCH = ("search", "--config", "{config}", "--run-dir", "{run_dir}")
 SEARCH_SLOW = ("search", "--config", SLOW_CONFIG, "--run-dir", "{run_dir}",
                "--set", "search.generations=4")  # the settings of the base run below
 RESUME = ("resume", "{run_dir}")
+REPORT = ("report", "{run_dir}")
 INSPECT = ("inspect", "{run_dir}")
 AS_ROOT = os.geteuid() == 0
 
@@ -155,6 +157,70 @@ def jobs_rows_huge(s: Setup) -> Placeholders:
 def budget_not_a_count(s: Setup) -> Placeholders:
     existing_run(s)
     _set_attr(s.run_dir / "run.h5", "budget", "lots")
+    return None
+
+
+def _edit_rows(path: Path, column: str, row: int, value: float, *, unsum: bool = False
+               ) -> None:
+    """Overwrite one committed value in place, as damage would (no check on the way in).
+    ``unsum``: drop the rows' checksum too, as in a file written before checksums."""
+    with h5py.File(path, "r+") as f:
+        rows = f["individuals"][:]
+        rows[column][row] = value
+        f["individuals"][...] = rows
+        if unsum:
+            del f["individuals"].attrs["checksum"]
+
+
+def edited_row(column: str, row: int, value: float, *, unsum: bool = False
+               ) -> Callable[[Setup], Placeholders]:
+    def setup(s: Setup) -> Placeholders:
+        existing_run(s)
+        _edit_rows(s.run_dir / "workers" / "job000-worker00000.h5", column, row, value,
+                   unsum=unsum)
+        return None
+
+    return setup
+
+
+status_out_of_enum = edited_row("status", 1, 7, unsum=True)
+id_twice = edited_row("id", 2, 0, unsum=True)
+
+
+def id_in_two_files(s: Setup) -> Placeholders:
+    """A worker file copied to a later job's name: its ids twice in one run."""
+    existing_run(s)
+    shutil.copy(s.run_dir / "workers" / "job000-worker00000.h5",
+                s.run_dir / "workers" / "job001-worker00000.h5")
+    return None
+
+
+def run_file_gone(s: Setup) -> Placeholders:
+    existing_run(s)
+    (s.run_dir / "run.h5").unlink()
+    return None
+
+
+def run_file_root_attributes_flipped(s: Setup) -> Placeholders:
+    """8 bytes inverted where HDF5 keeps the names of run.h5's root attributes."""
+    existing_run(s)
+    path = s.run_dir / "run.h5"
+    data = path.read_bytes()
+    at = data.index(b"schema_version")
+    path.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 8]) + data[at + 8:])
+    return None
+
+
+def run_file_text_size_flipped(s: Setup) -> Placeholders:
+    """8 bytes inverted in the size of the text HDF5 keeps after the space's (main_metric's):
+    its heap entry no longer reads."""
+    existing_run(s)
+    path = s.run_dir / "run.h5"
+    with h5py.File(path, "r") as f:
+        space = f.attrs["space"].encode()
+    data = path.read_bytes()
+    at = data.index(struct.pack("<Q", len(space)) + space) + 8 + -(-len(space) // 8) * 8 + 8
+    path.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 8]) + data[at + 8:])
     return None
 
 
@@ -580,6 +646,43 @@ CASES = [
     Case("budget_not_a_count_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: attribute 'budget' is 'lots', not a count: the file "
          "is damaged; restore it from a backup", setup=budget_not_a_count),
+    *(Case(f"status_out_of_enum_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals' row 1: "
+           "status is 7, not one of failed, interrupted, ok, pruned: the file is damaged; "
+           "restore it from a backup, or move it out of the run directory",
+           setup=status_out_of_enum) for argv in (RESUME, INSPECT, REPORT)),
+    *(Case(f"id_twice_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals': "
+           "individual id 0 is recorded twice: the file is damaged; restore it from a backup, "
+           "or move it out of the run directory", setup=id_twice)
+      for argv in (RESUME, INSPECT, REPORT)),
+    *(Case(f"{what}_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals': rows 0 "
+           "to 3 do not match their checksum (a value in them changed after it was written): "
+           "the file is damaged; restore it from a backup, or move it out of the run directory",
+           setup=edited_row(column, 2, value))
+      for argv in (RESUME, INSPECT, REPORT)
+      for what, column, value in (("loss_overwritten", "loss", -1e300),
+                                  ("id_overwritten", "id", 2**62))),
+    *(Case(f"id_in_two_files_{argv[0]}", argv,
+           "atoll: error: {run_dir}/workers/job001-worker00000.h5: individual id 0 is recorded "
+           "in job000-worker00000.h5 too: one of the two files is damaged or a copy; restore it "
+           "from a backup, or move it out of the run directory", setup=id_in_two_files)
+      for argv in (RESUME, INSPECT, REPORT)),
+    Case("run_file_gone", RESUME,
+         "atoll: error: {run_dir}/run.h5: not found, but the run's other files are there; "
+         "restore run.h5 from a backup to resume the run ('atoll inspect' and 'atoll report' "
+         "read it without run.h5)", setup=run_file_gone),
+    *(Case(f"run_file_root_attributes_flipped_{argv[0]}", argv,
+           "atoll: error: {run_dir}/run.h5: damaged (Can't synchronously determine if attribute "
+           "exists by name (incorrect metadata checksum after all read attempts)); restore it "
+           "from a backup" + hint, setup=run_file_root_attributes_flipped)
+      for argv, hint in ((RESUME, ", or start a new run directory"), (INSPECT, ""))),
+    *(Case(f"run_file_text_size_flipped_{argv[0]}", argv,
+           "atoll: error: {run_dir}/run.h5: attribute 'main_metric' cannot be read (Can't "
+           "synchronously read data (Expected global heap object size does not match)): the "
+           "file is damaged; restore it from a backup", setup=run_file_text_size_flipped)
+      for argv in (RESUME, INSPECT)),
     Case("run_file_without_jobs_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
          "object (object 'jobs' doesn't exist)\"); restore it from a backup",
@@ -690,7 +793,8 @@ def prepared(case: Case, tmp: Path, base: Path) -> Iterator[tuple[list[str], str
 
 
 def env_for(tmp: Path) -> dict[str, str]:
-    return mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(tmp / "mods")]))
+    return mpi_env(PYTHONPATH=os.pathsep.join([str(ROOT / "app"), str(ROOT / "tests"), str(ROOT),
+                                               str(tmp / "mods")]))
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
@@ -711,6 +815,19 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
     assert after == before  # same files, same bytes, nothing new (or still nothing at all)
 
 
+def test_a_space_far_too_large_is_refused_at_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[objective]\nname = "sphere"\ndimensions = 100000\n')
+    done = run(atoll_cmd("search", "--config", str(config), "--run-dir", str(tmp_path / "run")),
+               timeout=30, env=env_for(tmp_path))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == (
+        "atoll: error: space: 100000 parameters (588,890 characters of names) are more than an "
+        "HDF5 table's columns can describe (about 1,000 short-named ones fit; no table has more "
+        "than 4,096 columns); use fewer parameters or shorter names\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_debug_shows_the_traceback(tmp_path: Path, base_run: Path) -> None:
     case = next(c for c in CASES if c.id == "newer_schema")
     with prepared(case, tmp_path, base_run) as (cmd, expected, _):
@@ -724,7 +841,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, base_run: Path) -> None:
 def test_the_catalogue_covers_the_issue() -> None:
     assert len(CASES) >= 25
     assert len({c.id for c in CASES}) == len(CASES)
-    assert {c.argv[0] for c in CASES} == {"search", "resume", "inspect"}
+    assert {c.argv[0] for c in CASES} == {"search", "resume", "inspect", "report"}
     assert all(c.expected.startswith("atoll: error: ") and "\n" not in c.expected for c in CASES)
 
 

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -429,6 +430,55 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(finished, tmp_path):
         assert done.stdout == ""
         assert (digest(untouched) if untouched.exists() else None) == before, args
         assert not (untouched / "report").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root only), unmounted when the test ends."""
+    if os.geteuid() != 0:
+        pytest.skip("a full file system needs root to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()})")
+    try:
+        yield disk
+    finally:
+        if subprocess.run(["umount", str(disk)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def whole(path: Path, run_dir: Path) -> bool:
+    """Whether a report file is complete: every row of its table, or a PNG up to its end."""
+    if path.suffix == ".png":
+        data = path.read_bytes()
+        return data[:8] == PNG_SIGNATURE and data[-8:-4] == b"IEND"
+    rows = len(h5_table(run_dir, path.stem))
+    if path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            return len(list(csv.reader(handle))) == rows + 1
+    if path.suffix == ".json":
+        return len(json.loads(path.read_text(encoding="utf-8"))) == rows
+    return path.read_text(encoding="utf-8").rstrip().endswith("</html>")
+
+
+@pytest.mark.parametrize("first", ["csv", "png"])
+def test_a_full_disk_leaves_no_partial_file(finished, small_disk, first):
+    """The disk fills in the first CSV (a page left), or in the first PNG (nothing left)."""
+    run_dir = finished[0]
+    out = small_disk / "report"
+    out.mkdir()
+    free = 4096 if first == "csv" else 0
+    with open(small_disk / "filler", "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, shutil.disk_usage(small_disk).free - free)
+    done = report(str(run_dir), "--out", str(out), *(("--csv", "--json") if first == "csv" else ()))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == f"atoll: error: {out}: cannot write the report (No space left on " \
+        "device); give a writable --out\n"
+    left = sorted(out.iterdir())
+    assert all(whole(p, run_dir) for p in left), [(p.name, p.stat().st_size) for p in left]
 
 
 def without(module: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -331,11 +331,15 @@ def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
 
 
 def _results_now(paths: record.RunPaths) -> Path:
-    """results.h5 of a run whose budget is spent, written again if it is missing or older than
-    a worker file (the last job met a full disk writing it)."""
+    """results.h5 of a run whose budget is spent, written again if it is missing, damaged or
+    older than a worker file (the last job met a full disk writing it)."""
     target = paths.results_file
-    if not target.exists() or any(w.stat().st_mtime_ns > target.stat().st_mtime_ns
-                                  for w in paths.worker_files()):
+    damage = record.results_problem(paths, "writing it again from the worker files") \
+        if paths.worker_files() else ""
+    if damage:
+        log.warning("%s", damage)
+    if damage or not target.exists() or any(w.stat().st_mtime_ns > target.stat().st_mtime_ns
+                                            for w in paths.worker_files()):
         record.consolidate(paths)
     return target
 

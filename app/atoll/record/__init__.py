@@ -10,10 +10,17 @@ Layout of a run directory (built only by :class:`RunPaths`)::
 Only h5py, numpy and the standard library are used here: never torch, never mpi4py.
 """
 
-from atoll.record._h5 import plain
+from atoll.record._h5 import plain, written_whole
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
-from atoll.record.reader import RunData, open_run, read_completed, read_curves, read_history
+from atoll.record.reader import (
+    RunData,
+    open_run,
+    read_completed,
+    read_curves,
+    read_history,
+    results_problem,
+)
 from atoll.record.run import (
     RunInfo,
     begin_job,
@@ -49,7 +56,9 @@ __all__ = [
     "read_completed",
     "read_curves",
     "read_history",
+    "results_problem",
     "set_budget",
     "slurm_ids",
     "software_versions",
+    "written_whole",
 ]

@@ -4,6 +4,7 @@ errors a user can act on, and JSON attributes."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import io
 import json
@@ -89,13 +90,35 @@ def open_h5(path: Path, *, hint: str, kind: str | None = None,
 def _open_read(path: Path) -> h5py.File:
     """A worker file whose writer runs or was killed is marked open for writing: SWMR read mode
     reads it (see :mod:`atoll.record.writer`). Every other file opens plainly, which finds
-    damage at once, where SWMR mode retries every unreadable piece for minutes."""
+    damage at once, where SWMR mode retries every unreadable piece."""
     try:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
         if "already open for write" not in str(exc):
             raise
-    return h5py.File(path, "r", locking=False, swmr=True)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_file_locking(False, False)
+    fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+    _set_read_attempts(fapl, SWMR_READ_ATTEMPTS)
+    return h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY
+                                   | h5py.h5f.ACC_SWMR_READ, fapl=fapl))
+
+
+SWMR_READ_ATTEMPTS = 30
+"""Reads of a piece of metadata in SWMR mode before it counts as damaged. A reader may meet a
+piece the writer is rewriting, so HDF5 reads again after a wait that doubles from a
+nanosecond: its default of 100 attempts waits for days on a piece that is damaged (a killed
+writer's file hung every reader). 30 attempts wait about a second in all, far longer than a
+writer takes to rewrite a piece."""
+
+
+def _set_read_attempts(fapl: h5py.h5p.PropFAID, attempts: int) -> None:
+    """``H5Pset_metadata_read_attempts``, which h5py does not wrap, called in the HDF5 library
+    h5py's own modules use (a symbol looked up through a module finds its dependencies')."""
+    function = ctypes.CDLL(h5py.h5p.__file__).H5Pset_metadata_read_attempts
+    function.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    if function(fapl.id, attempts) < 0:
+        raise RuntimeError("H5Pset_metadata_read_attempts failed")
 
 
 def file_kind(path: Path) -> str:
@@ -125,8 +148,9 @@ def write_error(path: Path, exc: OSError) -> RecordError:
 
 
 def check_version(f: h5py.File, path: Path, kind: str | None) -> int:
-    found = f.attrs.get(KIND_ATTR)
-    version = f.attrs.get("schema_version")
+    # ``in`` first: attrs.get takes an attribute HDF5 cannot read (damage) for a missing one.
+    found = f.attrs[KIND_ATTR] if KIND_ATTR in f.attrs else None
+    version = f.attrs["schema_version"] if "schema_version" in f.attrs else None
     if version is None or (kind is not None and found != kind):
         what = f"an {found!r} file" if found else "not an Atoll file"
         expected = f"; expected an {kind!r} file" if kind else ""
@@ -143,17 +167,27 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
+def attr(obj: h5py.HLObject, name: str, path: Path, default: Any = None) -> Any:
+    """An attribute's value, ``default`` if it has none; one that HDF5 cannot read is damage
+    (its text in the file is unreadable), said in one line."""
+    try:
+        return obj.attrs[name] if name in obj.attrs else default
+    except (OSError, RuntimeError, KeyError) as exc:
+        raise RecordError(f"{path}: attribute {name!r} cannot be read ({exc}): the file is "
+                          "damaged; restore it from a backup") from exc
+
+
 def json_attr(obj: h5py.HLObject, name: str, path: Path) -> Any:
     try:
-        return json.loads(text(obj.attrs[name]))
-    except (KeyError, ValueError) as exc:
+        return json.loads(text(attr(obj, name, path, "")))
+    except ValueError as exc:
         raise RecordError(f"{path}: attribute {name!r} is missing or not JSON ({exc}); the "
                           "file is damaged") from exc
 
 
 def count_attr(obj: h5py.HLObject, name: str, path: Path, default: int = 0) -> int:
     """An attribute that must be a count (an integer >= 0), e.g. the run's budget."""
-    value = obj.attrs.get(name, default)
+    value = attr(obj, name, path, default)
     value = value.item() if isinstance(value, np.generic) else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RecordError(f"{path}: attribute {name!r} is {str(value)[:40]!r}, not a count: the "
@@ -166,7 +200,7 @@ RUN_ID_ATTR = "run_id"
 
 def run_id_of(f: h5py.File) -> str:
     """The id of the run a file belongs to ('' in files written before run ids)."""
-    return text(f.attrs.get(RUN_ID_ATTR, ""))
+    return text(attr(f, RUN_ID_ATTR, Path(f.filename), ""))
 
 
 def foreign_file(path: Path, found: str, expected: str) -> RecordError:

@@ -21,6 +21,7 @@ from atoll.record._h5 import (
     RESULTS_KIND,
     RUN_KIND,
     WORKER_KIND,
+    attr,
     count_attr,
     decoded,
     foreign_file,
@@ -31,6 +32,7 @@ from atoll.record._h5 import (
 )
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
+    DAMAGED_HINT,
     EPOCH_COLUMNS,
     NEW_EPOCHS,
     committed,
@@ -38,6 +40,7 @@ from atoll.record.schema import (
     individual_dtype,
     job_dtype,
     migration_dtype,
+    repeated,
 )
 from atoll.space import Space
 
@@ -100,10 +103,14 @@ def open_run(run_dir: str | Path) -> RunData:
     for worker_file, part in zip(workers, parts, strict=True):
         if part[4] != expected:
             raise foreign_file(worker_file, part[4], expected)
+    _check_unique_ids(workers, [p[0] for p in parts])
     metrics = _union((p[1].dtype.names or ())[len(EPOCH_COLUMNS):] for p in parts)
     meta.update(source="workers", worker_files=[str(p) for p in workers],
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])
+    damage = results_problem(paths)
+    if damage:
+        meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
     return RunData(
         individuals=_latest(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
         epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
@@ -124,6 +131,7 @@ def read_completed(run_dir: str | Path) -> np.ndarray:
     for path in workers:
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             tables.append(committed(f["individuals"]))
+    _check_unique_ids(workers, tables)
     return _latest(_concat(tables, individual_dtype(space)), "id")
 
 
@@ -140,6 +148,7 @@ def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.n
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             individuals.append(committed(f["individuals"]))
             migrations.append(committed(f["migrations"]))
+    _check_unique_ids(workers, individuals)
     return (_concat(individuals, individual_dtype(space)),
             _concat(migrations, migration_dtype()))
 
@@ -157,6 +166,42 @@ def read_curves(path: Path, metric: str, known: set[int]
     rows = epochs[np.isin(epochs["individual"], new)]
     return [(ident, [(int(r["epoch"]), float(r[metric]))
                      for r in rows[rows["individual"] == ident]]) for ident in new]
+
+
+def _check_unique_ids(files: list[Path], tables: list[np.ndarray]) -> None:
+    """An id finished in two worker files, or interrupted after it finished: one of them is
+    damaged, or a copy of the other's rows. (An evaluation continued by later jobs has an
+    interrupted row in each earlier job's file, then its last part.)"""
+    finished = [t["id"][t["status"] != int(Status.INTERRUPTED)] for t in tables]
+    twice = repeated(np.concatenate(finished)) if finished else None
+    if twice is None:
+        done: set[int] = set()
+        for held, table in zip(finished, tables, strict=True):
+            late = done & set(table["id"][table["status"] == int(Status.INTERRUPTED)].tolist())
+            if late:
+                twice = min(late)
+                break
+            done.update(held.tolist())
+    if twice is None:
+        return
+    first, second = [p for p, table in zip(files, tables, strict=True)
+                     if twice in table["id"]][:2]
+    raise RecordError(f"{second}: individual id {twice} is recorded in {first.name} too: one "
+                      f"of the two files is damaged or a copy; {DAMAGED_HINT}")
+
+
+def results_problem(paths: RunPaths, hint: str = "") -> str:
+    """What is wrong with the run's results.h5 ending with ``hint``, '' if it is missing or
+    whole. It is a copy of the worker files, made at each job's end: a damaged one is said and
+    written again (by ``atoll resume``), never read in their place while they are there."""
+    if not paths.results_file.exists():
+        return ""
+    try:
+        _read_results(paths.results_file, hint=hint or f"'atoll resume {paths.run_dir}' writes "
+                                                       "it again from the worker files")
+    except RecordError as exc:
+        return str(exc)
+    return ""
 
 
 def _hint(path: Path) -> str:
@@ -199,12 +244,13 @@ def _read_worker(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, 
             raise RecordError(f"{path}: damaged ({exc}); {_hint(path)}") from exc
 
 
-def _read_results(path: Path) -> RunData:
-    with open_h5(path, hint=_results_hint(path), kind=RESULTS_KIND) as f:
+def _read_results(path: Path, hint: str = "") -> RunData:
+    hint = hint or _results_hint(path)
+    with open_h5(path, hint=hint, kind=RESULTS_KIND) as f:
         stored = json_attr(f, "space", path)
         config_table = json_attr(f, "config_json", path)
         meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
-        tables = {name: _table(f, name, path, _results_hint(path)) for name in TABLES}
+        tables = {name: _table(f, name, path, hint) for name in TABLES}
     return RunData(**tables, space=_space(stored, path), config_table=config_table,
                    metadata=meta)
 
@@ -213,8 +259,11 @@ def _table(f: h5py.File, name: str, path: Path, hint: str) -> np.ndarray:
     """A whole table's committed rows; a missing or unreadable one is damage, said in one line."""
     try:
         return decoded(committed(f[name]))
-    except RecordError:
-        raise
+    except RecordError as exc:  # committed() ends with what to do with a worker file
+        text = str(exc)
+        if not text.endswith(DAMAGED_HINT):
+            raise
+        raise RecordError(text.removesuffix(DAMAGED_HINT) + hint) from exc
     except (KeyError, OSError, RuntimeError, ValueError, TypeError) as exc:
         raise RecordError(f"{path}: damaged {name} table ({exc}); {hint}") from exc
 
@@ -224,8 +273,8 @@ def _root_attrs(f: h5py.File) -> dict[str, Any]:
             "main_metric", "run_id")
     out: dict[str, Any] = {"budget": count_attr(f, "budget", Path(f.filename))}
     for key in keep:
-        if key in f.attrs:
-            value = f.attrs[key]
+        value = attr(f, key, Path(f.filename))
+        if value is not None:
             out[key] = text(value) if isinstance(value, (str, bytes)) else value.item()
     return out
 

@@ -51,6 +51,7 @@ from atoll.record.schema import (
     committed_rows,
     create_table,
     job_dtype,
+    seal,
 )
 from atoll.space import Space
 
@@ -147,6 +148,10 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     if not run_dir.is_dir():
         raise RecordError(f"{run_dir}: no such directory; give the directory of an Atoll run")
     if not paths.run_file.exists():
+        if paths.worker_files() or paths.results_file.exists():
+            raise RecordError(f"{paths.run_file}: not found, but the run's other files are "
+                              "there; restore run.h5 from a backup to resume the run ('atoll "
+                              "inspect' and 'atoll report' read it without run.h5)")
         raise RecordError(f"{run_dir}: not an Atoll run (no run.h5 in it); give the directory "
                           "of an Atoll run, or use 'atoll search' to start a new one")
     with open_h5(paths.run_file, hint=_RUN_HINT, kind=RUN_KIND) as f:
@@ -261,6 +266,7 @@ def begin_job(paths: RunPaths, *, layout: Mapping[str, Any], hosts: list[str],
         ds.resize((job + 1,))
         ds[job:] = row
         ds.attrs[ROWS_ATTR] = job + 1
+        seal(ds)
         return job
 
     return _edit(paths, append)
@@ -277,6 +283,7 @@ def end_job(paths: RunPaths, job: int, *, stop: float, exit_code: int) -> None:
         row["stop"] = stop
         row["exit_code"] = exit_code
         ds[job] = row
+        seal(ds)
 
     _edit(paths, close_row)
 

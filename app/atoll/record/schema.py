@@ -4,12 +4,15 @@ Every table is a one-dimensional, chunked, resizable compound dataset. Its attri
 holds: ``description``, and per column ``doc:NAME`` (meaning) and ``unit:NAME`` (where there is
 one), so ``h5ls -v`` and ``h5dump -A`` show them. ``rows`` is the number of committed rows: a
 writer updates it only after the rows themselves reached the file, so a reader that stops there
-never sees a half-written batch, even of a writer killed during a flush.
+never sees a half-written batch, even of a writer killed during a flush. ``checksum`` is (rows
+it covers, their CRC-32), raised right after ``rows``: HDF5 checksums its own metadata (the
+attributes among it) but not the rows, so without it a changed loss or id went unnoticed.
 """
 
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Iterable, Mapping
 
 import h5py
@@ -24,6 +27,7 @@ SCHEMA_VERSION = 1
 """Bumped whenever a reader of the old version would misread a new file."""
 
 ROWS_ATTR = "rows"
+CHECKSUM_ATTR = "checksum"
 NEW_EPOCHS = "epochs.new"
 """Where a worker log builds a widened epochs table before it replaces ``epochs``; readers
 take ``epochs`` if present, else this."""
@@ -163,16 +167,26 @@ def check_record_fits(space: Space) -> None:
     files instead, the failure would leave the job "running" and recur on every resume.
     """
     dtype = individual_dtype(space)
-    try:
-        with h5py.File(io.BytesIO(), "w") as f:
-            f.create_dataset("individuals", shape=(0,), maxshape=(None,), chunks=(1,),
-                             dtype=dtype)
-    except (ValueError, OSError, RuntimeError) as exc:
+    reason = ""
+    if len(dtype.names or ()) > MAX_COLUMNS:
+        reason = f"no table has more than {MAX_COLUMNS:,} columns"
+    else:
+        try:
+            with h5py.File(io.BytesIO(), "w") as f:
+                f.create_dataset("individuals", shape=(0,), maxshape=(None,), chunks=(1,),
+                                 dtype=dtype)
+        except (ValueError, OSError, RuntimeError) as exc:
+            reason = str(exc).splitlines()[0]
+    if reason:
         names = sum(len(n) for n in space.names)
         raise ConfigError(f"space: {len(space)} parameters ({names:,} characters of names) are "
                           "more than an HDF5 table's columns can describe (about 1,000 short-named "
-                          f"ones fit; {str(exc).splitlines()[0]}); use fewer parameters or "
-                          "shorter names") from None
+                          f"ones fit; {reason}); use fewer parameters or shorter names")
+
+
+MAX_COLUMNS = 4096
+"""More columns than any table's column list holds: each column takes at least 16 of its 64 KiB.
+A larger space is refused without asking HDF5, which takes minutes to build such a type."""
 
 
 def epoch_dtype(metric_names: Iterable[str]) -> np.dtype:
@@ -223,6 +237,7 @@ def create_table(group: h5py.Group, name: str, dtype: np.dtype, *, table: str | 
         elif extra_docs and column in extra_docs:
             ds.attrs[f"doc:{column}"] = extra_docs[column]
     ds.attrs[ROWS_ATTR] = rows
+    ds.attrs[CHECKSUM_ATTR] = checksum_value(rows, 0 if data is None else checksum(data))
     return ds
 
 
@@ -249,6 +264,67 @@ def committed_rows(ds: h5py.Dataset) -> int:
     return value
 
 
+def checksum(rows: np.ndarray, crc: int = 0) -> int:
+    """CRC-32 of the rows' fixed-size columns (strings live elsewhere in the file), row after
+    row, continuing ``crc``: the CRC of the rows before them."""
+    names = [n for n in rows.dtype.names or () if rows.dtype[n].kind != "O"]
+    packed = np.empty(len(rows), dtype=[(n, rows.dtype[n].newbyteorder("<")) for n in names])
+    for name in names:
+        packed[name] = rows[name]
+    return zlib.crc32(packed.tobytes(), crc)
+
+
+def checksum_value(rows: int, crc: int) -> np.ndarray:
+    """The ``checksum`` attribute: the committed rows it covers and their CRC-32."""
+    return np.array([rows, crc], dtype=np.int64)
+
+
+def seal(ds: h5py.Dataset) -> None:
+    """Set the checksum of a table whose committed rows were changed in place (run.h5's jobs)."""
+    rows = committed_rows(ds)
+    ds.attrs[CHECKSUM_ATTR] = checksum_value(rows, checksum(ds[:rows]))
+
+
 def committed(ds: h5py.Dataset) -> np.ndarray:
-    """The committed rows of a table."""
-    return ds[: committed_rows(ds)]
+    """The committed rows of a table, checked: their checksum, an enum column holding only its
+    names' values, and individual ids unique (every reader, resume too, refuses damage said
+    in one line instead of crashing on it later or carrying it into the next job)."""
+    where = f"{ds.file.filename}: table {ds.name.lstrip('/')!r}"
+    stored = ds.attrs.get(CHECKSUM_ATTR)  # before rows: a live writer raises rows first
+    rows = ds[: committed_rows(ds)]
+    if stored is not None:
+        _check_sum(rows, stored, where)
+    for name in rows.dtype.names or ():
+        enum = h5py.check_enum_dtype(rows.dtype[name])
+        if enum:
+            bad = np.flatnonzero(~np.isin(rows[name], list(enum.values())))
+            if len(bad):
+                raise RecordError(f"{where} row {bad[0]}: {name} is {rows[name][bad[0]]}, not one "
+                                  f"of {', '.join(enum)}: the file is damaged; {DAMAGED_HINT}")
+    if ds.name.lstrip("/") == "individuals":
+        twice = repeated(rows["id"])
+        if twice is not None:
+            raise RecordError(f"{where}: individual id {twice} is recorded twice: the file is "
+                              f"damaged; {DAMAGED_HINT}")
+    return rows
+
+
+def _check_sum(rows: np.ndarray, stored: object, where: str) -> None:
+    """Rows past the covered ones are those of a writer killed between its two commits."""
+    value = np.asarray(stored)
+    if value.shape != (2,) or value.dtype.kind not in "iu" or not 0 <= value[0] <= len(rows):
+        raise RecordError(f"{where}: its checksum attribute is {str(stored)[:40]!r}, not (rows, "
+                          f"CRC-32) for up to {len(rows)} rows: the file is damaged; "
+                          f"{DAMAGED_HINT}")
+    covered, crc = int(value[0]), int(value[1])
+    if checksum(rows[:covered]) != crc:
+        raise RecordError(f"{where}: rows 0 to {covered - 1} do not match their checksum (a value "
+                          f"in them changed after it was written): the file is damaged; "
+                          f"{DAMAGED_HINT}")
+
+
+def repeated(ids: np.ndarray) -> int | None:
+    """The smallest id that occurs more than once, or None."""
+    values, counts = np.unique(ids, return_counts=True)
+    twice = values[counts > 1]
+    return int(twice[0]) if len(twice) else None

@@ -43,9 +43,12 @@ from atoll.record._h5 import (
     written_whole,
 )
 from atoll.record.schema import (
+    CHECKSUM_ATTR,
     MODE_NAMES,
     ROWS_ATTR,
     check_metric_name,
+    checksum,
+    checksum_value,
     committed,
     create_table,
     epoch_dtype,
@@ -313,9 +316,12 @@ class _Table:
     def __init__(self, ds: h5py.Dataset, dtype: np.dtype) -> None:
         self.dtype = dtype
         self.rows = int(ds.attrs[ROWS_ATTR])  # committed rows
+        self._crc = int(ds.attrs[CHECKSUM_ATTR][1])  # of the committed rows
+        self._written_crc = self._crc
         self._id = ds.id
         self._mtype = h5py.h5t.py_create(dtype)
         self._rows_attr = h5py.h5a.open(ds.id, ROWS_ATTR.encode())
+        self._checksum_attr = h5py.h5a.open(ds.id, CHECKSUM_ATTR.encode())
 
     def write(self, rows: np.ndarray) -> int:
         """Write ``rows`` after the committed ones; return the row count to commit.
@@ -328,11 +334,15 @@ class _Table:
         target = self._id.get_space()
         target.select_hyperslab((self.rows,), (len(rows),))
         self._id.write(h5py.h5s.create_simple((len(rows),)), target, rows, self._mtype)
+        self._written_crc = checksum(rows, self._crc)
         return end
 
     def commit(self, rows: int) -> None:
+        """Raise the committed count, then the checksum that covers the new rows."""
         self._rows_attr.write(np.array(rows, dtype=np.int64))
+        self._checksum_attr.write(checksum_value(rows, self._written_crc))
         self.rows = rows
+        self._crc = self._written_crc
 
 
 def _open_swmr_writing(path: Path) -> h5py.File:

@@ -2,7 +2,8 @@
 
 Reads the HDF5 files only (through :func:`atoll.record.open_run`): a finished run, a running one
 or a killed one, on any machine with h5py and numpy; matplotlib only for the plots. Nothing here
-imports MPI or torch.
+imports MPI or torch. Each file is written whole or not at all: a full disk leaves the file an
+earlier report wrote in place, never a truncated one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Status
-from atoll.record import plain
+from atoll.record import plain, written_whole
 from atoll.record.reader import RunData
 from atoll.views.facts import (
     best_epochs,
@@ -187,7 +188,7 @@ def write_csv(table: np.ndarray, path: Path) -> None:
     """A header row of column names, then one row per table row; floats written with ``repr``
     so they read back exactly (``nan`` for a missing value)."""
     data = columns(table)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with written_whole(path) as temp, open(temp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(list(data))
         for row in zip(*data.values(), strict=True):
@@ -201,7 +202,7 @@ def write_json(table: np.ndarray, path: Path) -> None:
     names = list(data)
     records = [{n: _json_value(v) for n, v in zip(names, row, strict=True)}
                for row in zip(*data.values(), strict=True)]
-    with open(path, "w", encoding="utf-8") as handle:
+    with written_whole(path) as temp, open(temp, "w", encoding="utf-8") as handle:
         json.dump(records, handle, indent=1, allow_nan=False)
         handle.write("\n")
 
@@ -261,7 +262,8 @@ def write_report(run: RunData, out: Path, *, top: int, csv_files: bool, json_fil
         from atoll.views.html import page
 
         html = out / "report.html"
-        html.write_text(page(summary, figures, skipped, exports), encoding="utf-8")
+        with written_whole(html) as temp:
+            temp.write_text(page(summary, figures, skipped, exports), encoding="utf-8")
     except OSError as exc:
         raise RecordError(f"{out}: cannot write the report ({exc.strerror or exc}); give a "
                           "writable --out") from exc

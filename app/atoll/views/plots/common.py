@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from atoll.individual import Status
+from atoll.record import written_whole
 from atoll.record.reader import RunData
 from atoll.views.facts import maximizing
 
@@ -42,7 +43,9 @@ def figure(width: float, height: float) -> Figure:
 
 
 def save(fig: Figure, path: Path, title: str, caption: str) -> Plot:
-    fig.savefig(path, format="png", dpi=DPI)
+    """Save the PNG whole or not at all (a full disk left a 0-byte one)."""
+    with written_whole(path) as temp:
+        fig.savefig(temp, format="png", dpi=DPI)
     return Plot(path, title, caption)
 
 
