@@ -1,0 +1,182 @@
+"""Command objectives (``[objective] command``): real scripts as child processes of real
+mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning recorded."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from atoll.config import config_to_dict, parse_config
+from atoll.errors import ConfigError
+from atoll.individual import Status
+from atoll.objectives.lines import BadLine, Lines
+from atoll.record import RunPaths, open_run
+from atoll.report_line import report, result
+from conftest import ROOT, mpirun_atoll
+
+COMMANDS = ROOT / "tests" / "commands"
+
+PLAIN = f"""seed = 3
+[objective]
+command = ["{{python}}", "{COMMANDS}/train_plain.py", "--lr", "{{lr}}", "--layers", "{{layers}}",
+           "--out", "{{work_dir}}"]
+env = {{ GREETING = "hello-{{id}}" }}
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+[space.layers]
+type = "int"
+low = 1
+high = 4
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "atoll.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, PLAIN)), "--run-dir",
+                        str(run_dir), "--set", "search.evaluations=3", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert len(ind) == 3 and (ind["status"] == int(Status.OK)).all(), ind["error"]
+    for row in ind:
+        ident = int(row["id"])
+        lr, layers = float(row["lr"]), int(row["layers"])
+        assert row["loss"] == pytest.approx((lr - 0.3) ** 2 + layers)
+        seen = paths.work_dir(ident).joinpath("seen.txt").read_text().split()
+        assert seen == [repr(lr), str(layers), "0", "1", "127.0.0.1", f"hello-{ident}"]
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert curve["epoch"].tolist() == [0, 1, 2]
+        assert curve["val_loss"].tolist() == pytest.approx([row["loss"] + 2 - e for e in range(3)])
+        assert "training epoch 2" in paths.command_log(ident, 0).read_text()
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("--crash", "the command exited with code 1; its stderr ended with: starting --crash | "
+                "Traceback"),
+    ("--hang", "the command ran past search.eval_timeout = 1 s and was killed; its stderr "
+               "ended with: starting --hang"),
+    ("--silent", "the command ended without a result: print 'ATOLL result=<number>'"),
+])
+def test_a_failing_command_is_a_failed_individual_with_its_stderr(tmp_path, mode, expected):
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "{mode}"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.evaluations=2",
+                        "--set", "search.eval_timeout=1", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 2 and (ind["status"] == int(Status.FAILED)).all()
+    assert all(expected in str(e) for e in ind["error"]), ind["error"]
+    if mode == "--crash":
+        assert "RuntimeError: the model diverged" in str(ind["error"][0])
+    log = RunPaths(run_dir).command_log(int(ind["id"][0]), 0).read_text()
+    assert f"starting {mode}" in log
+
+
+DDP = f"""seed = 5
+[objective]
+command = ["{{python}}", "{COMMANDS}/ddp_train.py", "--x", "{{x}}", "--trace", "{{work_dir}}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[evolution]
+random_init = 0.5
+[pruning]
+rule = "median"
+warmup_epochs = 1
+min_completed = 2
+[distributed]
+timeout = 20
+"""
+
+
+def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "--config", str(write(tmp_path, DDP)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=10", "-q", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert len(ind) == 10, ind["error"]
+    ok, pruned = ind[ind["status"] == int(Status.OK)], ind[ind["status"] == int(Status.PRUNED)]
+    assert len(ok) + len(pruned) == 10 and len(pruned) >= 1, ind["error"]
+
+    def trace(ident: int, rank: int) -> list[int]:
+        text = paths.work_dir(ident).joinpath(f"rank{rank}.txt").read_text()
+        return [int(e) for e in text.split()]
+
+    for row in ok:
+        assert row["loss"] == row["x"]
+        assert trace(int(row["id"]), 0) == trace(int(row["id"]), 1) == [0, 1, 2, 3]
+    for row in pruned:
+        ident = int(row["id"])
+        stopped = int(str(row["error"]).rsplit(" ", 1)[1])
+        assert 1 <= stopped < 3
+        assert row["loss"] == pytest.approx(row["x"] + 0.1 * (4 - stopped))  # its last val_loss
+        assert max(trace(ident, 0)) < 3 and max(trace(ident, 1)) < 3  # the script was ended
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert int(curve["epoch"].max()) == stopped
+    for rank in (0, 1):
+        assert paths.command_log(int(ind["id"][0]), rank).exists()
+
+
+def test_the_helper_prints_the_lines_the_objective_reads(capsys):
+    report(2, val_loss=0.25, val_accuracy=0.9)
+    result(0.125)
+    lines = Lines()
+    for line in capsys.readouterr().out.splitlines():
+        lines.add(line)
+    assert lines.take_epochs() == [(2, {"val_loss": 0.25, "val_accuracy": 0.9})]
+    assert lines.result == 0.125
+    for bad in ("ATOLL epoch=1", "ATOLL epoch=1.5 loss=2", "ATOLL loss=abc", "ATOLL hello",
+                "ATOLL result=1 epoch=2"):
+        with pytest.raises(BadLine):
+            Lines().add(bad)
+
+
+BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
+        "space": {"lr": {"type": "float", "low": 0.0, "high": 1.0}}}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t["objective"]["command"].append("{lrr}"),
+     "objective.command[4]: unknown placeholder {lrr}; known: {lr}, {id}, {run_dir}"),
+    (lambda t: t["objective"].update(name="sphere"), "objective.name: a command objective "
+                                                     "takes no name"),
+    (lambda t: t["objective"].update(command="train.py"), "objective.command: expected a "
+                                                          "non-empty list of strings"),
+    (lambda t: t["objective"]["command"].append("{"), "objective.command[4]: '{' is not a valid "
+                                                      "template"),
+    (lambda t: t["objective"].update(env={"N": 3}), "objective.env.N: expected a string"),
+    (lambda t: t["objective"].update(env={"N": "{nope}"}), "objective.env.N: unknown "
+                                                           "placeholder {nope}"),
+    (lambda t: t.update(space={"id": {"type": "int", "low": 0, "high": 3}}),
+     "space.id: the name is a command placeholder"),
+    (lambda t: t["objective"].pop("command") and t["objective"].update(result_metric="acc"),
+     "objective.result_metric: only a command objective takes it"),
+])
+def test_bad_command_configs_are_one_line(change, message):
+    table = copy.deepcopy(BASE)
+    change(table)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(table)
+    assert str(caught.value).startswith(message), caught.value
+    assert "\n" not in str(caught.value)
+
+
+def test_a_command_config_survives_the_record_round_trip():
+    config = parse_config({**BASE, "objective": {**BASE["objective"], "env": {"A": "{id}"},
+                                                 "result_metric": "val_loss"}})
+    assert parse_config(config_to_dict(config)) == config
