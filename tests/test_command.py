@@ -4,6 +4,9 @@ mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning reco
 from __future__ import annotations
 
 import copy
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, mpirun_atoll
+from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -105,13 +108,13 @@ def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
     run_dir = tmp_path / "run"
     done = mpirun_atoll(4, "search", "--config", str(write(tmp_path, DDP)), "--run-dir",
                         str(run_dir), "--set", "search.ranks_per_worker=2",
-                        "--set", "search.evaluations=10", "-q", timeout=300)
+                        "--set", "search.evaluations=6", "-q", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run, paths = open_run(run_dir), RunPaths(run_dir)
     ind = run.individuals
-    assert len(ind) == 10, ind["error"]
+    assert len(ind) == 6, ind["error"]
     ok, pruned = ind[ind["status"] == int(Status.OK)], ind[ind["status"] == int(Status.PRUNED)]
-    assert len(ok) + len(pruned) == 10 and len(pruned) >= 1, ind["error"]
+    assert len(ok) + len(pruned) == 6 and len(pruned) >= 1, ind["error"]
 
     def trace(ident: int, rank: int) -> list[int]:
         text = paths.work_dir(ident).joinpath(f"rank{rank}.txt").read_text()
@@ -180,3 +183,33 @@ def test_a_command_config_survives_the_record_round_trip():
     config = parse_config({**BASE, "objective": {**BASE["objective"], "env": {"A": "{id}"},
                                                  "result_metric": "val_loss"}})
     assert parse_config(config_to_dict(config)) == config
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_a_stopping_job_ends_its_command_and_records_it_interrupted(tmp_path, stubborn):
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}"{', "--stubborn"' * stubborn}]
+stop_grace = 1
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
+                  "-q", "--set", "search.evaluations=2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = RunPaths(run_dir).work_dir(0) / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-2000:]
+    assert not Path(f"/proc/{child}").exists()  # a stubborn one got SIGKILL after stop_grace
+    assert pid_file.with_name("terminated").exists() != stubborn
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
