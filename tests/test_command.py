@@ -43,9 +43,13 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_path):
+@pytest.mark.parametrize("by_metric", [False, True])
+def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_path, by_metric):
+    """Its value is its result line, or with ``result_metric`` its last value of a metric."""
+    config = PLAIN.replace('"{work_dir}"]', '"{work_dir}", "--no-result"]\nresult_metric = '
+                           '"val_loss"') if by_metric else PLAIN
     run_dir = tmp_path / "run"
-    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, PLAIN)), "--run-dir",
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, config)), "--run-dir",
                         str(run_dir), "--set", "search.evaluations=3", "-q", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     run, paths = open_run(run_dir), RunPaths(run_dir)
@@ -54,12 +58,13 @@ def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_
     for row in ind:
         ident = int(row["id"])
         lr, layers = float(row["lr"]), int(row["layers"])
-        assert row["loss"] == pytest.approx((lr - 0.3) ** 2 + layers)
+        assert row["loss"] == pytest.approx((lr - 0.3) ** 2 + layers + (not by_metric))
         seen = paths.work_dir(ident).joinpath("seen.txt").read_text().split()
         assert seen == [repr(lr), str(layers), "0", "1", "127.0.0.1", f"hello-{ident}"]
         curve = run.epochs[run.epochs["individual"] == ident]
         assert curve["epoch"].tolist() == [0, 1, 2]
-        assert curve["val_loss"].tolist() == pytest.approx([row["loss"] + 2 - e for e in range(3)])
+        assert curve["val_loss"].tolist() == \
+            pytest.approx([(lr - 0.3) ** 2 + layers + 2 - e for e in range(3)])
         assert "training epoch 2" in paths.command_log(ident, 0).read_text()
 
 
