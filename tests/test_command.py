@@ -17,7 +17,7 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll
+from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, run
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -138,6 +138,33 @@ def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
         assert int(curve["epoch"].max()) == stopped
     for rank in (0, 1):
         assert paths.command_log(int(ind["id"][0]), rank).exists()
+
+
+def test_a_program_that_is_not_there_stops_the_job_with_one_line(tmp_path):
+    config = PLAIN.replace('"{python}"', '"no-such-python"')
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                         str(run_dir), "-q"), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "objective.command: 'no-such-python' is not an executable on PATH or in "
+        f"{tmp_path}; give its path, or e.g. [\"{{python}}\", \"script.py\", ...]"), done.stderr
+    assert "Traceback" not in done.stderr and not run_dir.exists()
+
+
+def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
+    config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=2", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    for row in ind:
+        missing = RunPaths(run_dir).work_dir(int(row["id"])) / "missing"
+        said = f"cannot start '{missing}' in {tmp_path}: No such file or directory"
+        assert str(row["error"]).count(said) == 2, row["error"]  # rank 0's and rank 1's
 
 
 def test_the_helper_prints_the_lines_the_objective_reads(capsys):

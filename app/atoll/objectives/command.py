@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atoll.objectives.child import Child
+from atoll.errors import ObjectiveError, described
+from atoll.objectives.child import Child, ChildError
 from atoll.objectives.lines import BadLine, Lines
 from atoll.record.paths import RunPaths
 
@@ -55,8 +57,6 @@ class _Tick:
 class CommandObjective:
     """``objective(params, ctx)`` for ``[objective] command``."""
 
-    main_metric = ""
-
     def __init__(self, config: Config, run_dir: Path) -> None:
         objective = config.objective
         self.command = objective.command
@@ -69,21 +69,48 @@ class CommandObjective:
         self.fallback_metric = config.pruning.metric  # a pruned script's value, if it has none
         self.paths = RunPaths(run_dir)
 
+    def preflight(self, options: Mapping[str, Any], data_dir: str | None,
+                  parameter_names: Any) -> None:
+        """Refuse a job whose program cannot be found, before any individual fails for it."""
+        program = self.command[0].replace("{python}", sys.executable)
+        if "{" in program:
+            return  # a placeholder names it: checked when each individual starts
+        found = shutil.which(str(self.cwd / program) if "/" in program else program)
+        if found is None:
+            raise ObjectiveError(f"objective.command: {program!r} is not an executable on PATH "
+                                f"or in {self.cwd}; give its path, or e.g. "
+                                f'["{{python}}", "script.py", ...]')
+
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
-        work_dir = self.paths.work_dir(ctx.individual_id)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        values = {**params, "id": ctx.individual_id, "run_dir": self.paths.run_dir,
-                  "work_dir": work_dir, "data_dir": self.data_dir, "python": sys.executable}
-        argv = [word.format(**values) for word in self.command]
-        env = {**os.environ, **{k: v.format(**values) for k, v in self.env.items()},
-               **rendezvous(ctx.comm)}
+        env = {**os.environ, **rendezvous(ctx.comm)}
         with _own_deadline():
-            child = Child(argv, env, self.cwd, self.paths.command_log(ctx.individual_id,
-                                                                       ctx.rank))
+            child, error = self._start(params, env, ctx)
+            errors = ctx.comm.allgather(error) if ctx.size > 1 else [error]
             try:
+                failed = [r for r, e in enumerate(errors) if e]
+                if failed:  # every rank learns it: none is left waiting for the others
+                    raise CommandFailed(error or f"the command of worker rank {failed[0]} "
+                                        "could not start")
+                assert child is not None
                 return self._follow(child, ctx)
             finally:
-                child.close()
+                if child is not None:
+                    child.close()
+
+    def _start(self, params: Mapping[str, Any], env: dict[str, str],
+               ctx: Context) -> tuple[Child | None, str]:
+        """This rank's child, or why it could not start (said to the worker's other ranks)."""
+        work_dir = self.paths.work_dir(ctx.individual_id)
+        values = {**params, "id": ctx.individual_id, "run_dir": self.paths.run_dir,
+                  "work_dir": work_dir, "data_dir": self.data_dir, "python": sys.executable}
+        try:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            argv = [word.format(**values) for word in self.command]
+            env.update({k: v.format(**values) for k, v in self.env.items()})
+            log = self.paths.command_log(ctx.individual_id, ctx.rank)
+            return Child(argv, env, self.cwd, log), ""
+        except (OSError, ValueError, ChildError) as exc:
+            return None, described(exc)
 
     def _follow(self, child: Child, ctx: Context) -> float:
         """Watch the children until they end, fail, time out or are told to stop."""
