@@ -125,8 +125,7 @@ class CommandObjective:
                 last.update(metrics)
                 if ctx.report(epoch, **metrics):
                     child.stop(self.stop_grace)
-                    _read_rest(child, lines)
-                    return self._stopped_value(lines.result, last)
+                    return self._stopped_value(_last_result(child, lines, ctx.is_leader), last)
             self._raise_on_failure(child, ctx.rank, ticks)
             if all(t.exit_code == 0 for t in ticks):
                 return self._value(leader.result, last)
@@ -197,6 +196,15 @@ def _read_rest(child: Child, lines: Lines) -> None:
     """Read every queued stdout line; raises the first bad one, reading the rest later."""
     while not child.stdout.empty():
         lines.add(child.stdout.get())
+
+
+def _last_result(child: Child, lines: Lines, is_leader: bool) -> float | None:
+    """The result line a stopped command may have printed on its way out (the leader's)."""
+    try:
+        _read_rest(child, lines if is_leader else Lines())
+    except BadLine:
+        pass  # its value is then its last metric, as if it had printed nothing more
+    return lines.result
 
 
 def _ended(code: int | None) -> str:
