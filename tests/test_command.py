@@ -68,6 +68,22 @@ def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_
         assert "training epoch 2" in paths.command_log(ident, 0).read_text()
 
 
+def test_a_command_run_resumes_from_its_record(tmp_path):
+    """The command, its environment and its directory come back from run.h5."""
+    run_dir = tmp_path / "run"
+    first = mpirun_atoll(1, "search", "--config", str(write(tmp_path, PLAIN)), "--run-dir",
+                         str(run_dir), "--set", "search.evaluations=1", "-q", timeout=120)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (tmp_path / "atoll.toml").unlink()
+    again = mpirun_atoll(1, "resume", str(run_dir), "--set", "search.evaluations=2", "-q",
+                         timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 2 and (ind["status"] == int(Status.OK)).all(), ind["error"]
+    seen = RunPaths(run_dir).work_dir(1).joinpath("seen.txt").read_text().split()
+    assert seen[-1] == "hello-1"
+
+
 @pytest.mark.parametrize(("mode", "expected"), [
     ("--crash", "the command exited with code 1; its stderr ended with: starting --crash | "
                 "Traceback"),
