@@ -184,24 +184,28 @@ def _free_port() -> int:
 
 def _look(child: Child, lines: Lines, is_leader: bool, late: bool) -> _Tick:
     code = child.exit_code()  # first: once it is known, every line the child printed is queued
-    bad = ""
+    if not is_leader:  # only the leader's lines count
+        _read_rest(child, None)
+        return _Tick([], None, code, "", False)
     try:
-        _read_rest(child, lines if is_leader else Lines())  # only the leader's lines count
+        _read_rest(child, lines)
     except BadLine as exc:
-        bad = str(exc)
-    return _Tick(lines.take_epochs(), lines.result, code, bad, late and is_leader)
+        return _Tick([], None, code, str(exc), False)
+    return _Tick(lines.take_epochs(), lines.result, code, "", late)
 
 
-def _read_rest(child: Child, lines: Lines) -> None:
-    """Read every queued stdout line; raises the first bad one, reading the rest later."""
+def _read_rest(child: Child, lines: Lines | None) -> None:
+    """Read (or with None, drop) every queued stdout line; raises at the first bad one."""
     while not child.stdout.empty():
-        lines.add(child.stdout.get())
+        line = child.stdout.get()
+        if lines is not None:
+            lines.add(line)
 
 
 def _last_result(child: Child, lines: Lines, is_leader: bool) -> float | None:
     """The result line a stopped command may have printed on its way out (the leader's)."""
     try:
-        _read_rest(child, lines if is_leader else Lines())
+        _read_rest(child, lines if is_leader else None)
     except BadLine:
         pass  # its value is then its last metric, as if it had printed nothing more
     return lines.result
