@@ -16,6 +16,7 @@ import functools
 import importlib.resources
 import math
 import os
+import string
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,16 @@ class ObjectiveConfig:
     config_dir: str = field(default="", compare=False)
     """The config file's directory, where a ``module:function`` objective may also live (not
     part of the recorded config: it is where the file was, not what it says)."""
+    command: tuple[str, ...] = ()
+    """A command objective (``name`` is then ``command``): the program and its arguments, with
+    ``{placeholders}`` (:data:`COMMAND_FIELDS` and the parameters' names)."""
+    env: Mapping[str, str] = field(default_factory=lambda: FrozenMap({}), hash=False)
+    """Environment variables the command gets (values may hold placeholders too)."""
+    result_metric: str = ""
+    """The reported metric whose last value is the command's value when it prints no
+    ``ATOLL result=`` line ("": the line is required)."""
+    stop_grace: float = 10.0
+    """Seconds a command has between SIGTERM and SIGKILL when its evaluation is stopped."""
 
 
 @dataclass(frozen=True)
@@ -335,7 +346,14 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
 }
-_OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction")
+_OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction", "command", "env",
+                   "result_metric", "stop_grace")
+_COMMAND_ONLY = ("env", "result_metric", "stop_grace")
+COMMAND = "command"
+"""``objective.name`` of a command objective."""
+COMMAND_FIELDS = ("id", "run_dir", "work_dir", "data_dir", "python")
+"""Placeholders a command may use besides the parameters' names: the individual's id, the run
+directory, the individual's work directory, ``objective.data_dir`` and Atoll's Python."""
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
 _DIMENSIONS = _integer(1)
 _DEFAULT_DIMENSIONS = 2
@@ -427,9 +445,55 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def _placeholders(text: str, key: str) -> list[str]:
+    """The ``{name}`` fields of one command word (``{{`` and ``}}`` are literal braces)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError as err:
+        raise ConfigError(f"{key}: {_show(text)} is not a valid template ({err}); write a "
+                          "literal brace as {{ or }}") from None
+    for name in fields:
+        if not name.isidentifier():
+            raise ConfigError(f"{key}: placeholder {{{name}}} in {_show(text)} is not a name")
+    return fields
+
+
+def _command(raw: Mapping[str, Any], space: Space) -> tuple[tuple[str, ...], FrozenMap]:
+    """The command and its environment, every placeholder known (parameters or
+    :data:`COMMAND_FIELDS`)."""
+    words = raw["command"]
+    if not isinstance(words, (list, tuple)) or not words or \
+            not all(isinstance(w, str) for w in words):
+        raise ConfigError(f"objective.command: expected a non-empty list of strings, e.g. "
+                          f'["{{python}}", "train.py", "--lr", "{{lr}}"], got {_show(words)}')
+    env = _table(raw.get("env", {}), "objective.env")
+    taken = sorted(set(COMMAND_FIELDS) & set(space.names))
+    if taken:
+        raise ConfigError(f"space.{taken[0]}: the name is a command placeholder "
+                          f"({', '.join(COMMAND_FIELDS)}); rename the parameter")
+    known = (*space.names, *COMMAND_FIELDS)
+    templates = [(f"objective.command[{i}]", w) for i, w in enumerate(words)]
+    for name, value in env.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"objective.env.{name}: expected a string, got {_show(value)}")
+        templates.append((f"objective.env.{name}", value))
+    for key, text in templates:
+        for field_name in _placeholders(text, key):
+            if field_name not in known:
+                raise ConfigError(f"{key}: unknown placeholder {{{field_name}}}; known: "
+                                  f"{', '.join('{' + k + '}' for k in known)}")
+    return tuple(words), FrozenMap({str(k): v for k, v in env.items()})
+
+
 def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Space]:
     raw = _table(table.get("objective", {}), "objective")
     _check_keys(raw, _OBJECTIVE_KEYS, "objective")
+    if "command" in raw:
+        return _command_objective(raw, table)
+    extra = [k for k in _COMMAND_ONLY if k in raw]
+    if extra:
+        raise ConfigError(f"objective.{extra[0]}: only a command objective takes it; add "
+                          "objective.command or remove the key")
     name = _objective_name(raw.get("name", ObjectiveConfig.name))
     data_dir = _string(raw.get("data_dir", ""), "objective.data_dir")
     options = _freeze(_table(raw.get("options", {}), "objective.options"), "objective.options")
@@ -455,6 +519,29 @@ def _objective_and_space(table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Spa
                           "e.g. [space.lr] type = \"float\", low = 1e-4, high = 1e-1, log = true")
     dims = len(space) if is_builtin(name) else None
     return ObjectiveConfig(name, dims, data_dir, options, direction), space
+
+
+def _command_objective(raw: Mapping[str, Any],
+                       table: Mapping[str, Any]) -> tuple[ObjectiveConfig, Space]:
+    for key in ("name", "dimensions"):
+        if key in raw:
+            raise ConfigError(f"objective.{key}: a command objective takes no {key}; remove it "
+                              "or remove objective.command")
+    if "space" not in table:
+        raise ConfigError("space: missing; a command objective needs [space.NAME] tables, "
+                          "e.g. [space.lr] type = \"float\", low = 1e-4, high = 1e-1, log = true")
+    space = Space.from_dict(table["space"], prefix="space")
+    command, env = _command(raw, space)
+    return ObjectiveConfig(
+        name=COMMAND, data_dir=_string(raw.get("data_dir", ""), "objective.data_dir"),
+        options=_freeze(_table(raw.get("options", {}), "objective.options"),
+                        "objective.options"),
+        direction=_one_of(*DIRECTIONS)(raw.get("direction", ObjectiveConfig.direction),
+                                       "objective.direction"),
+        command=command, env=env,
+        result_metric=_string(raw.get("result_metric", ""), "objective.result_metric"),
+        stop_grace=_seconds(strict=False)(raw.get("stop_grace", ObjectiveConfig.stop_grace),
+                                          "objective.stop_grace")), space
 
 
 def builtin_space(name: str, dimensions: int) -> Space:
@@ -599,9 +686,13 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     a stored config does not depend on how this version generates default spaces.
     """
     objective = config.objective
+    what: dict[str, Any] = {"name": objective.name}
+    if objective.command:
+        what = {"command": list(objective.command), "env": _thaw(objective.env),
+                "result_metric": objective.result_metric, "stop_grace": objective.stop_grace}
     return {
         "seed": config.seed,
-        "objective": {"name": objective.name, "data_dir": objective.data_dir,
+        "objective": {**what, "data_dir": objective.data_dir,
                       "options": _thaw(objective.options), "direction": objective.direction},
         "space": config.space.to_dict(),
         **{name: _thaw(dataclasses.asdict(getattr(config, name))) for name in _SECTIONS},

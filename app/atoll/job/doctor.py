@@ -45,7 +45,7 @@ from atoll.job.doctor_checks import (
 )
 from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same
 from atoll.job.preflight import preflight
-from atoll.objectives.loader import load_objective
+from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
 from atoll.record.checkpoints import checkpoint_bytes
 
@@ -215,10 +215,9 @@ def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[R
     rank 0 only)."""
     rank = comm.Get_rank()
     planned = _plan_rows(config, run_dir, comm.Get_size()) if rank == 0 else []
-    beside = [config.objective.config_dir] if config.objective.config_dir else []
     loaded: list[Any] = []
     errors = comm.gather(_refusal(lambda: loaded.append(
-        load_objective(config.objective.name, beside))), root=0)
+        objective_of(config, run_dir or Path.cwd()))), root=0)
     if rank != 0:
         return []
     failed = [e for e in errors or [] if e]

@@ -46,7 +46,7 @@ from atoll.job.plan import (
 )
 from atoll.job.preflight import preflight
 from atoll.logs import rank_log
-from atoll.objectives.loader import load_objective
+from atoll.objectives.loader import objective_of
 from atoll.record import full
 from atoll.record.checkpoints import CheckpointStore
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
@@ -129,8 +129,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
                           results_file=written, exit_code=0)
-    beside = [config.objective.config_dir] if config.objective.config_dir else []
-    objective = on_all(comm, lambda: load_objective(config.objective.name, beside))
+    objective = on_all(comm, lambda: objective_of(config, paths.run_dir))
     on_root(comm, lambda: preflight(objective, config))
     job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)

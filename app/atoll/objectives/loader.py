@@ -6,10 +6,24 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from atoll.errors import ObjectiveError, described
 from atoll.objectives.benchmarks import BENCHMARKS
+
+if TYPE_CHECKING:
+    from atoll.config import Config
+
+
+def objective_of(config: Config, run_dir: Path) -> Callable[..., Any]:
+    """The objective a config names: a command (``objective.command``), else
+    :func:`load_objective` of ``objective.name``."""
+    if config.objective.command:
+        from atoll.objectives.command import CommandObjective
+        return CommandObjective(config, run_dir)
+    beside = [config.objective.config_dir] if config.objective.config_dir else []
+    return load_objective(config.objective.name, beside)
 
 
 def load_objective(name: str, beside: Sequence[str] = ()) -> Callable[..., Any]:

@@ -24,6 +24,8 @@ class RunPaths:
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
         RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
+        RUN_DIR/logs/ind000000000042-rank0.log    a command objective's output, per worker rank
+        RUN_DIR/work/ind000000000042/             a command objective's work directory
     """
 
     run_dir: Path
@@ -52,6 +54,14 @@ class RunPaths:
 
     def log_file(self, job: int, rank: int) -> Path:
         return self.logs_dir / f"job{job:03d}-rank{rank:05d}.log"
+
+    def command_log(self, individual_id: int, rank: int) -> Path:
+        """The stdout and stderr of one worker rank's command for one individual."""
+        return self.logs_dir / f"ind{individual_id:012d}-rank{rank}.log"
+
+    def work_dir(self, individual_id: int) -> Path:
+        """Where a command objective may write its files for one individual."""
+        return self.run_dir / "work" / f"ind{individual_id:012d}"
 
     @property
     def models_dir(self) -> Path:

@@ -1,0 +1,101 @@
+"""One rank's command as a child process: its own process group, its output in a log file.
+
+The child runs in a new session (so its process group is its own: a stop or a timeout ends the
+script and everything it started, and a Ctrl-C meant for Atoll does not reach it first). Two
+threads copy its stdout and stderr line by line into the log file; stdout lines are kept for
+the caller to read, the last stderr lines for the error of a failed evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+STDERR_TAIL = 8
+"""Lines of stderr a failed evaluation's error quotes."""
+_READER_GRACE = 5.0
+"""Seconds to wait for the output of a finished child to be read to its end."""
+
+
+class ChildError(RuntimeError):
+    """A command that could not start."""
+
+
+class Child:
+    """A running command; :meth:`close` always ends its process group."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
+                 log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+        self.stdout: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        try:
+            self._proc = subprocess.Popen(
+                list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            raise ChildError(f"objective.command: cannot start {argv[0]!r} in {cwd}: "
+                             f"{exc.strerror or exc}") from None
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._readers = [threading.Thread(target=self._copy, args=(stream, keep), daemon=True)
+                         for stream, keep in ((self._proc.stdout, self.stdout.put),
+                                              (self._proc.stderr, self._tail.append))]
+        for reader in self._readers:
+            reader.start()
+
+    def _copy(self, stream: IO[str], keep: Callable[[str], None]) -> None:
+        for line in stream:
+            with self._lock:
+                self._log.write(line)
+                self._log.flush()
+            keep(line.rstrip("\n"))
+
+    def exit_code(self) -> int | None:
+        """The exit code once the child ended and its output is read (None before)."""
+        code = self._proc.poll()
+        if code is None:
+            return None
+        self._kill_group(signal.SIGKILL)  # what the script started ends with it
+        for reader in self._readers:
+            reader.join(_READER_GRACE)
+        return code
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; waits for the end."""
+        self._kill_group(signal.SIGTERM)
+        try:
+            self._proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self._kill_group(signal.SIGKILL)
+            self._proc.wait()
+        self.exit_code()
+
+    def stderr_tail(self) -> str:
+        return " | ".join(self._tail)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._kill_group(signal.SIGKILL)
+            self._proc.wait()
+        self.exit_code()
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+        self._log.close()
+
+    def _kill_group(self, sig: int) -> None:
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group has ended

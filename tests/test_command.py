@@ -1,0 +1,281 @@
+"""Command objectives (``[objective] command``): real scripts as child processes of real
+mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning recorded."""
+
+from __future__ import annotations
+
+import copy
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from atoll.config import config_to_dict, parse_config
+from atoll.errors import ConfigError
+from atoll.individual import Status
+from atoll.objectives.lines import BadLine, Lines
+from atoll.record import RunPaths, open_run
+from atoll.report_line import report, result
+from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, run
+
+COMMANDS = ROOT / "tests" / "commands"
+
+PLAIN = f"""seed = 3
+[objective]
+command = ["{{python}}", "{COMMANDS}/train_plain.py", "--lr", "{{lr}}", "--layers", "{{layers}}",
+           "--out", "{{work_dir}}"]
+env = {{ GREETING = "hello-{{id}}" }}
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+[space.layers]
+type = "int"
+low = 1
+high = 4
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "atoll.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("by_metric", [False, True])
+def test_a_plain_script_reads_its_options_and_reports_epochs_and_its_result(tmp_path, by_metric):
+    """Its value is its result line, or with ``result_metric`` its last value of a metric."""
+    config = PLAIN.replace('"{work_dir}"]', '"{work_dir}", "--no-result"]\nresult_metric = '
+                           '"val_loss"') if by_metric else PLAIN
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.evaluations=3", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert len(ind) == 3 and (ind["status"] == int(Status.OK)).all(), ind["error"]
+    for row in ind:
+        ident = int(row["id"])
+        lr, layers = float(row["lr"]), int(row["layers"])
+        assert row["loss"] == pytest.approx((lr - 0.3) ** 2 + layers + (not by_metric))
+        seen = paths.work_dir(ident).joinpath("seen.txt").read_text().split()
+        assert seen == [repr(lr), str(layers), "0", "1", "127.0.0.1", f"hello-{ident}"]
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert curve["epoch"].tolist() == [0, 1, 2]
+        assert curve["val_loss"].tolist() == \
+            pytest.approx([(lr - 0.3) ** 2 + layers + 2 - e for e in range(3)])
+        assert "training epoch 2" in paths.command_log(ident, 0).read_text()
+
+
+def test_a_command_run_resumes_from_its_record(tmp_path):
+    """The command, its environment and its directory come back from run.h5."""
+    run_dir = tmp_path / "run"
+    first = mpirun_atoll(1, "search", "--config", str(write(tmp_path, PLAIN)), "--run-dir",
+                         str(run_dir), "--set", "search.evaluations=1", "-q", timeout=120)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (tmp_path / "atoll.toml").unlink()
+    again = mpirun_atoll(1, "resume", str(run_dir), "--set", "search.evaluations=2", "-q",
+                         timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 2 and (ind["status"] == int(Status.OK)).all(), ind["error"]
+    seen = RunPaths(run_dir).work_dir(1).joinpath("seen.txt").read_text().split()
+    assert seen[-1] == "hello-1"
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("--crash", "the command exited with code 1; its stderr ended with: starting --crash | "
+                "Traceback"),
+    ("--hang", "the command ran past search.eval_timeout = 1 s and was killed; its stderr "
+               "ended with: starting --hang"),
+    ("--silent", "the command ended without a result: print 'ATOLL result=<number>'"),
+])
+def test_a_failing_command_is_a_failed_individual_with_its_stderr(tmp_path, mode, expected):
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "{mode}"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.evaluations=2",
+                        "--set", "search.eval_timeout=1", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert len(ind) == 2 and (ind["status"] == int(Status.FAILED)).all()
+    assert all(expected in str(e) for e in ind["error"]), ind["error"]
+    if mode == "--crash":
+        assert "RuntimeError: the model diverged" in str(ind["error"][0])
+    log = RunPaths(run_dir).command_log(int(ind["id"][0]), 0).read_text()
+    assert f"starting {mode}" in log
+
+
+DDP = f"""seed = 5
+[objective]
+command = ["{{python}}", "{COMMANDS}/ddp_train.py", "--x", "{{x}}", "--trace", "{{work_dir}}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[evolution]
+random_init = 0.5
+[pruning]
+rule = "median"
+warmup_epochs = 1
+min_completed = 2
+[distributed]
+timeout = 20
+"""
+
+
+def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "--config", str(write(tmp_path, DDP)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=6", "-q", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert len(ind) == 6, ind["error"]
+    ok, pruned = ind[ind["status"] == int(Status.OK)], ind[ind["status"] == int(Status.PRUNED)]
+    assert len(ok) + len(pruned) == 6 and len(pruned) >= 1, ind["error"]
+
+    def trace(ident: int, rank: int) -> list[int]:
+        text = paths.work_dir(ident).joinpath(f"rank{rank}.txt").read_text()
+        return [int(e) for e in text.split()]
+
+    for row in ok:
+        assert row["loss"] == row["x"]
+        assert trace(int(row["id"]), 0) == trace(int(row["id"]), 1) == [0, 1, 2, 3]
+    for row in pruned:
+        ident = int(row["id"])
+        stopped = int(str(row["error"]).rsplit(" ", 1)[1])
+        assert 1 <= stopped < 3
+        assert row["loss"] == pytest.approx(row["x"] + 0.1 * (4 - stopped))  # its last val_loss
+        assert max(trace(ident, 0)) < 3 and max(trace(ident, 1)) < 3  # the script was ended
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert int(curve["epoch"].max()) == stopped
+    for rank in (0, 1):
+        assert paths.command_log(int(ind["id"][0]), rank).exists()
+
+
+def test_a_program_that_is_not_there_stops_the_job_with_one_line(tmp_path):
+    config = PLAIN.replace('"{python}"', '"no-such-python"')
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                         str(run_dir), "-q"), timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "objective.command: 'no-such-python' is not an executable on PATH or in "
+        f"{tmp_path}; give its path, or e.g. [\"{{python}}\", \"script.py\", ...]"), done.stderr
+    assert "Traceback" not in done.stderr and not run_dir.exists()
+
+
+def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(tmp_path):
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=2", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    for row in ind:
+        assert str(row["error"]) == (
+            "rank 0: CommandFailed: the command of worker rank 1 failed; rank 1: CommandFailed: "
+            "the command exited with code 3; its stderr ended with: starting --crash-rank1")
+        waiting = int(RunPaths(run_dir).work_dir(int(row["id"])).joinpath("pid").read_text())
+        assert not Path(f"/proc/{waiting}").exists()  # rank 0's command was ended
+
+
+def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
+    config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=2", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    for row in ind:
+        missing = RunPaths(run_dir).work_dir(int(row["id"])) / "missing"
+        said = f"cannot start '{missing}' in {tmp_path}: No such file or directory"
+        assert str(row["error"]).count(said) == 2, row["error"]  # rank 0's and rank 1's
+
+
+def test_the_helper_prints_the_lines_the_objective_reads(capsys):
+    report(2, val_loss=0.25, val_accuracy=0.9)
+    result(0.125)
+    lines = Lines()
+    for line in capsys.readouterr().out.splitlines():
+        lines.add(line)
+    assert lines.take_epochs() == [(2, {"val_loss": 0.25, "val_accuracy": 0.9})]
+    assert lines.result == 0.125
+    for bad in ("ATOLL epoch=1", "ATOLL epoch=1.5 loss=2", "ATOLL loss=abc", "ATOLL hello",
+                "ATOLL result=1 epoch=2"):
+        with pytest.raises(BadLine):
+            Lines().add(bad)
+
+
+BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
+        "space": {"lr": {"type": "float", "low": 0.0, "high": 1.0}}}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t["objective"]["command"].append("{lrr}"),
+     "objective.command[4]: unknown placeholder {lrr}; known: {lr}, {id}, {run_dir}"),
+    (lambda t: t["objective"].update(name="sphere"), "objective.name: a command objective "
+                                                     "takes no name"),
+    (lambda t: t["objective"].update(command="train.py"), "objective.command: expected a "
+                                                          "non-empty list of strings"),
+    (lambda t: t["objective"]["command"].append("{"), "objective.command[4]: '{' is not a valid "
+                                                      "template"),
+    (lambda t: t["objective"].update(env={"N": 3}), "objective.env.N: expected a string"),
+    (lambda t: t["objective"].update(env={"N": "{nope}"}), "objective.env.N: unknown "
+                                                           "placeholder {nope}"),
+    (lambda t: t.update(space={"id": {"type": "int", "low": 0, "high": 3}}),
+     "space.id: the name is a command placeholder"),
+    (lambda t: t["objective"].pop("command") and t["objective"].update(result_metric="acc"),
+     "objective.result_metric: only a command objective takes it"),
+])
+def test_bad_command_configs_are_one_line(change, message):
+    table = copy.deepcopy(BASE)
+    change(table)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(table)
+    assert str(caught.value).startswith(message), caught.value
+    assert "\n" not in str(caught.value)
+
+
+def test_a_command_config_survives_the_record_round_trip():
+    config = parse_config({**BASE, "objective": {**BASE["objective"], "env": {"A": "{id}"},
+                                                 "result_metric": "val_loss"}})
+    assert parse_config(config_to_dict(config)) == config
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_a_stopping_job_ends_its_command_and_records_it_interrupted(tmp_path, stubborn):
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}"{', "--stubborn"' * stubborn}]
+stop_grace = 1
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
+                  "-q", "--set", "search.evaluations=2"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = RunPaths(run_dir).work_dir(0) / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-2000:]
+    assert not Path(f"/proc/{child}").exists()  # a stubborn one got SIGKILL after stop_grace
+    assert pid_file.with_name("terminated").exists() != stubborn
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
