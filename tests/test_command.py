@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,16 +169,22 @@ def test_a_program_that_is_not_there_stops_the_job_with_one_line(tmp_path):
     assert "Traceback" not in done.stderr and not run_dir.exists()
 
 
-def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(tmp_path):
-    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
-                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
-    run_dir = tmp_path / "run"
+def two_failures_on_a_two_rank_worker(tmp_path: Path, config: str, run_dir: Path) -> Any:
+    """The individuals of a 2-evaluation search on one 2-rank worker, all failed."""
     done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
                         str(run_dir), "--set", "search.ranks_per_worker=2",
                         "--set", "search.evaluations=2", "-q", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     ind = open_run(run_dir).individuals
     assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    return ind
+
+
+def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(tmp_path):
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    run_dir = tmp_path / "run"
+    ind = two_failures_on_a_two_rank_worker(tmp_path, config, run_dir)
     for row in ind:
         assert str(row["error"]) == (
             "rank 0: CommandFailed: the command of worker rank 1 failed; rank 1: CommandFailed: "
@@ -189,12 +196,7 @@ def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(t
 def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
     config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
     run_dir = tmp_path / "run"
-    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
-                        str(run_dir), "--set", "search.ranks_per_worker=2",
-                        "--set", "search.evaluations=2", "-q", timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ind = open_run(run_dir).individuals
-    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    ind = two_failures_on_a_two_rank_worker(tmp_path, config, run_dir)
     for row in ind:
         missing = RunPaths(run_dir).work_dir(int(row["id"])) / "missing"
         said = f"cannot start '{missing}' in {tmp_path}: No such file or directory"

@@ -72,14 +72,7 @@ def test_sigterm_or_sigint_to_mpirun_exits_1_and_resume_reaches_the_budget(tmp_p
     Ranks that finish within the grace record 75; otherwise the job is recorded as killed."""
     run_dir = tmp_path / "run"
     budget = 2 * 150
-    proc = subprocess.Popen(
-        mpirun_cmd(2, "-m", "atoll", "search", "--config", CONFIG, "--run-dir", str(run_dir),
-                   "-q", "--set", "search.generations=150"),
-        cwd=ROOT, env=mpi_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(run_dir.glob("workers/*.h5")):
-        time.sleep(0.1)
-    time.sleep(1.0)  # inside the search
+    proc = searching(run_dir)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err[-2000:]
