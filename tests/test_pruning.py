@@ -146,63 +146,6 @@ def test_a_resume_rebuilds_the_rule_from_the_record(tmp_path):
     assert np.count_nonzero(ind["status"] != int(Status.INTERRUPTED)) == 14
 
 
-PARTNER = """
-import sys
-from atoll.individual import Individual, Status
-from atoll.record import WorkerLog
-from atoll.space import Space
-space = Space.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})
-log = WorkerLog(sys.argv[1], space, job=0, worker=1, flush_interval=3600)
-for batch in ((0, 1, 2, 3), (4,)):
-    for i in batch:
-        for epoch in range(3):
-            log.add_epoch(i, epoch, 0.0, {"val_loss": 10.0 * i + epoch})
-        log.add_individual(Individual(i, {"x": 0.5}, loss=float(i),
-                                      status=Status.FAILED if i == 3 else Status.OK))
-    log.flush()
-    print("flushed", flush=True)
-    sys.stdin.readline()
-log.close()
-"""
-
-
-def test_curves_an_island_partner_completes_are_read_while_it_writes(tmp_path):
-    """A worker's rule learns the curves its island's other workers complete during the job
-    from their worker files, read while their (other) process writes them in SWMR mode; only
-    completed individuals, each once."""
-    import subprocess
-    import sys
-
-    from atoll.record import read_curves
-    from conftest import mpi_env
-
-    path = tmp_path / "job000-worker00001.h5"
-    partner = subprocess.Popen([sys.executable, "-c", PARTNER, str(path)], env=mpi_env(),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert partner.stdin is not None and partner.stdout is not None
-    try:
-        assert partner.stdout.readline() == "flushed\n"
-        first = read_curves(path, "val_loss", set())
-        assert [ident for ident, _ in first] == [0, 1, 2]  # 3 failed: no reference
-        assert first[1][1] == [(0, 10.0), (1, 11.0), (2, 12.0)]
-        rule = MedianRule(PruningConfig(rule="median", warmup_epochs=1, min_completed=3))
-        for _, curve in first:
-            rule.learn(curve)
-        assert rule.completed_at(2) == 3 and rule.worse_than_median(2, 12.5)
-        assert not rule.worse_than_median(2, 11.5)
-        partner.stdin.write("\n")
-        partner.stdin.flush()
-        assert partner.stdout.readline() == "flushed\n"
-        assert [ident for ident, _ in read_curves(path, "val_loss", {0, 1, 2})] == [4]
-        assert read_curves(path, "no_such_metric", set()) == []
-        partner.stdin.write("\n")
-        partner.stdin.flush()
-        assert partner.wait(timeout=60) == 0
-    finally:
-        if partner.poll() is None:
-            partner.kill()
-
-
 def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp_path):
     """Two one-rank workers whose files are not flushed during the job (flush_interval of an
     hour): with 10 completed curves needed, a worker alone could prune from its 11th evaluation

@@ -17,7 +17,6 @@ from atoll.record.reader import (
     RunData,
     open_run,
     read_completed,
-    read_curves,
     read_history,
     results_problem,
 )
@@ -54,7 +53,6 @@ __all__ = [
     "open_run",
     "plain",
     "read_completed",
-    "read_curves",
     "read_history",
     "results_problem",
     "set_budget",

@@ -153,21 +153,6 @@ def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.n
             _concat(migrations, migration_dtype()))
 
 
-def read_curves(path: Path, metric: str, known: set[int]
-                ) -> list[tuple[int, list[tuple[int, float]]]]:
-    """The ``metric`` curves of the completed individuals in a worker file that are not in
-    ``known``: what another worker of an island has flushed so far (it may be running; its
-    file is read in SWMR mode). (id, [(epoch, value), ...]) in order of id."""
-    ind, epochs = _read_worker(path)[:2]
-    if metric not in (epochs.dtype.names or ()):
-        return []
-    done = ind["id"][ind["status"] == int(Status.OK)]
-    new = sorted(set(done.tolist()) - known)
-    rows = epochs[np.isin(epochs["individual"], new)]
-    return [(ident, [(int(r["epoch"]), float(r[metric]))
-                     for r in rows[rows["individual"] == ident]]) for ident in new]
-
-
 def _check_unique_ids(files: list[Path], tables: list[np.ndarray]) -> None:
     """An id finished in two worker files, or interrupted after it finished: one of them is
     damaged, or a copy of the other's rows. (An evaluation continued by later jobs has an
