@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atoll.views.report import Summary, Table, cell, counts_line
+from atoll.views.summary import Summary, Table, cell, counts_line
 
 if TYPE_CHECKING:
     from atoll.views.plots import Plot

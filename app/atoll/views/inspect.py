@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.individual import FINISHED, Status
+from atoll.individual import FINISHED
 from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.record.schema import EPOCH_COLUMNS, MODE_NAMES
@@ -25,6 +25,7 @@ from atoll.views.facts import (
     value_name,
     values,
 )
+from atoll.views.summary import notes, status_counts
 
 
 def describe(run: RunData, top: int = 10, metric: str | None = None) -> str:
@@ -50,16 +51,10 @@ def _header(run: RunData) -> str:
         bits.append(f"atoll {meta['atoll_version']}")
     if "created" in meta:
         bits.append(f"created {_when(meta['created'])}")
-    line = f"Run {meta.get('run_dir', '?')} ({', '.join(bits)})"
+    lines = [f"Run {meta.get('run_dir', '?')} ({', '.join(bits)})"]
     if meta.get("source") == "results":
-        line += "\nRead from results.h5 (no worker files)"
-    unclosed = meta.get("unclosed_worker_files") or []
-    if unclosed:
-        line += (f"\n{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
-                 "closed: a job is running or was killed (rows up to its last flush are kept)")
-    if "warning" in meta:
-        line += f"\nWarning: {meta['warning']}"
-    return line
+        lines.append("Read from results.h5 (no worker files)")
+    return "\n".join(lines + notes(run))
 
 
 def _jobs(jobs: np.ndarray) -> list[str]:
@@ -81,7 +76,7 @@ def _jobs(jobs: np.ndarray) -> list[str]:
 
 def _counts(run: RunData) -> list[str]:
     status = run.individuals["status"]
-    counts = ", ".join(f"{s.name.lower()} {int(np.count_nonzero(status == s))}" for s in Status)
+    counts = ", ".join(f"{name} {n}" for name, n in status_counts(run.individuals).items())
     modes = run.migrations["mode"]
     moved = int(np.count_nonzero(modes == MODE_NAMES["migration"]))
     pollinated = int(np.count_nonzero(modes == MODE_NAMES["pollination"]))

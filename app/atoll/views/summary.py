@@ -1,0 +1,159 @@
+"""What every view of a run says first: where it comes from, the evaluations by status, the
+commonest failures and the best individuals. ``atoll report`` (its text and its HTML page) and
+``atoll inspect`` take it from here."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from atoll.individual import Status
+from atoll.record import plain
+from atoll.record.reader import RunData
+from atoll.views.facts import (
+    best_epochs,
+    failure_reasons,
+    ranked,
+    shown_metrics,
+    usable,
+    value_name,
+    values,
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A small table for people: column names and rows of plain Python values."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What every output of the report shows: counts, failure reasons, the best individuals."""
+
+    run_dir: str
+    about: str
+    counts: dict[str, int]
+    reasons: list[tuple[str, int]]
+    top: Table
+    ok: int
+    notes: list[str] = field(default_factory=list)
+
+
+def summarize(run: RunData, top: int) -> Summary:
+    ind = run.individuals
+    ok = int(np.count_nonzero(usable(ind)))
+    return Summary(run_dir=str(run.metadata.get("run_dir", "?")), about=_about(run),
+                   counts=status_counts(ind),
+                   reasons=failure_reasons(ind), top=top_table(run, top), ok=ok,
+                   notes=notes(run))
+
+
+def _about(run: RunData) -> str:
+    """Where the run comes from: versions, creation time, jobs, which files were read."""
+    meta = run.metadata
+    bits = [f"record schema {meta.get('schema_version', '?')}"]
+    if "atoll_version" in meta:
+        bits.append(f"atoll {meta['atoll_version']}")
+    if "created" in meta and math.isfinite(float(meta["created"])):
+        bits.append("created " + time.strftime("%Y-%m-%d %H:%M:%S",
+                                               time.localtime(float(meta["created"]))))
+    bits.append(f"{len(run.jobs)} job{'' if len(run.jobs) == 1 else 's'}")
+    bits.append("read from results.h5" if meta.get("source") == "results" else
+                "read from the worker files")
+    return ", ".join(bits)
+
+
+def notes(run: RunData) -> list[str]:
+    """What a reader should know before the numbers: unclosed worker files, damage."""
+    meta = run.metadata
+    notes = []
+    unclosed = meta.get("unclosed_worker_files") or []
+    if unclosed:
+        notes.append(f"{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
+                     "closed: a job is running or was killed (rows up to its last flush are "
+                     "shown)")
+    if "warning" in meta:
+        notes.append(f"Warning: {meta['warning']}")
+    return notes
+
+
+# -- counts and failures ---------------------------------------------------------------------
+def status_counts(ind: np.ndarray) -> dict[str, int]:
+    return {s.name.lower(): int(np.count_nonzero(ind["status"] == int(s))) for s in Status}
+
+
+# -- the best individuals --------------------------------------------------------------------
+def top_table(run: RunData, top: int) -> Table:
+    """The best ``top`` individuals: loss, best epoch's metrics, epochs run, duration, island,
+    parameters."""
+    metrics = shown_metrics(run)
+    best = best_epochs(run)
+    counts = Counter(int(i) for i in run.epochs["individual"])
+    columns = ["id", value_name(run), *metrics]
+    if len(run.epochs):
+        columns += ["best epoch", "epochs"]
+    columns += ["duration (s)", "island", *run.space.names]
+    rows = []
+    for row in ranked(run, top):
+        ident = int(row["id"])
+        epoch = best.get(ident)
+        cells: list[Any] = [ident, float(values(run, row["loss"]))]
+        cells += [float(epoch[m]) if epoch is not None else math.nan for m in metrics]
+        if len(run.epochs):
+            cells += [int(epoch["epoch"]) if epoch is not None else "", counts.get(ident, 0)]
+        cells += [float(row["finished"] - row["started"]), int(row["island"])]
+        cells += [plain(row[n]) for n in run.space.names]
+        rows.append(cells)
+    return Table(columns, rows)
+
+
+# -- text --------------------------------------------------------------------------------------
+def cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def format_table(table: Table, indent: str = "  ") -> list[str]:
+    """Right-aligned columns, one line per row."""
+    texts = [[cell(v) for v in row] for row in table.rows]
+    widths = [max([len(c), *(len(r[i]) for r in texts)]) for i, c in enumerate(table.columns)]
+    lines = [indent + "  ".join(c.rjust(w) for c, w in zip(table.columns, widths, strict=True))]
+    lines += [indent + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
+              for r in texts]
+    return lines
+
+
+def counts_line(summary: Summary) -> str:
+    total = sum(summary.counts.values())
+    parts = ", ".join(f"{name} {n}" for name, n in summary.counts.items())
+    return f"Evaluations: {total} ({parts})"
+
+
+def text(summary: Summary) -> str:
+    """The summary as terminal text."""
+    lines = [f"Report of {summary.run_dir} ({summary.about})", counts_line(summary),
+             *summary.notes]
+    if summary.reasons:
+        lines.append("Most common failure reasons:")
+        lines += [f"  {n:6d}  {_short(text)}" for text, n in summary.reasons]
+    if summary.top.rows:
+        lines.append(f"Best {len(summary.top.rows)} of {summary.ok} ok:")
+        lines += format_table(summary.top)
+    else:
+        lines.append("Best: none yet (no individual finished with a finite loss)")
+    return "\n".join(lines)
+
+
+def _short(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
