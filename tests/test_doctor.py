@@ -202,6 +202,17 @@ def test_granted_gpus_torch_cannot_see_are_a_warning():
     assert rows[0].status == WARN and "CPU run" in rows[0].detail
 
 
+def test_two_ranks_granted_one_gpu_torch_cannot_see_say_they_would_share_it():
+    """--gres=gpu:1 with 2 tasks on a node: each rank sees CUDA_VISIBLE_DEVICES=0; torch here
+    sees no CUDA, so the run works on CPUs, but the warning says what CUDA would make of it."""
+    rows = gpu_rows([{**view(r, "n1", None, visible="0"), "count": 0} for r in (0, 1)]
+                    + [{**view(2, "n2", None, visible="0"), "count": 0}])
+    assert [r.status for r in rows] == [WARN]
+    assert rows[0].detail.startswith("ranks 0-1 on n1 are granted the same GPUs "
+                                     "(CUDA_VISIBLE_DEVICES='0')")
+    assert "would share a GPU" in rows[0].detail
+
+
 def test_a_filesystem_without_locks_says_what_to_set():
     rows = lock_rows({"dir": "/lustre/x", "env": None, "second": "rank 4 on n2",
                       "create_error": "unable to lock file, errno = 38", "refused": False,

@@ -107,6 +107,17 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
     using = [v for v in views if v["device"] is not None]
     if not using:
         granted = [v for v in views if v.get("visible")]
+        grants: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for v in granted:
+            grants[(v["node"], v["visible"])].append(v["rank"])
+        shared = [Row("GPUs", WARN, f"ranks {ranks_text(ranks)} on {node} are granted the same "
+                                    f"GPUs (CUDA_VISIBLE_DEVICES={visible!r}): torch sees no "
+                                    "CUDA device here, so this runs on CPUs (gloo); with CUDA "
+                                    "they would share a GPU and the search would fail (one task "
+                                    "per GPU, or --gpus-per-task=1)")
+                  for (node, visible), ranks in grants.items() if len(ranks) > 1]
+        if shared:
+            return shared
         if granted:
             return [Row("GPUs", WARN, f"CUDA_VISIBLE_DEVICES is set on {len(granted)} rank(s) "
                                       f"(rank {granted[0]['rank']}: {granted[0]['visible']!r}) "
