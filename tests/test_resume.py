@@ -225,7 +225,8 @@ def test_interrupted_evaluations_are_continued_under_their_ids_and_counted_once(
     parts = read_history(run_dir, 2)[0]  # every part: the interrupted rows are kept
     assert len(parts) == len(ind) + len(interrupted)
     new = set(ind["id"].tolist()) - set(first["id"].tolist())
-    assert min(new) == int(first["id"].max()) + 1  # new ones number on; continued keep theirs
+    block = json.loads(open_run(run_dir).jobs["layout"][0])["ids"]
+    assert min(new) == block[1]  # new ones number on after job 0's block; continued keep theirs
 
 
 def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_layout(tmp_path):
