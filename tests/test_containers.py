@@ -301,3 +301,23 @@ def test_make_container_builds_with_apptainer_when_there(target: str, image: str
     assert done.returncode == 0, done.stderr
     assert log.read_text().split() == ["build", "--build-arg", "MPI=mpich", f"{image}.sif",
                                        f"containers/{image}.def"]
+
+
+def test_the_own_packages_definition_in_the_readme_builds_on_the_image(tmp_path: Path) -> None:
+    """containers/README.md's second, small definition (Apptainer cannot run here): it starts
+    from the built image, uses only Apptainer's sections, installs into the venv the image
+    makes, and its %post is valid, shellcheck-clean sh."""
+    readme = (CONTAINERS / "README.md").read_text()
+    (text,) = [block for block in re.findall(r"```text\n(.*?)```", readme, re.S)
+               if block.startswith("Bootstrap: localimage")]
+    (mine,) = parse(text)
+    assert unknown_sections([mine]) == []
+    assert mine.header["bootstrap"] == "localimage" and mine.header["from"] == "atoll.sif"
+    venv = "/opt/atoll/venv"
+    assert f"--venv {venv}" in (CONTAINERS / "atoll.def").read_text()
+    assert f"{venv}/bin/python -m pip install" in mine.sections["post"]
+    script = tmp_path / "post.sh"
+    script.write_text(mine.sections["post"])
+    for check in (["sh", "-n"], [shellcheck(), "--shell=sh"]):
+        done = subprocess.run([*check, str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
