@@ -207,10 +207,11 @@ def test_two_ranks_granted_one_gpu_torch_cannot_see_say_they_would_share_it():
     sees no CUDA, so the run works on CPUs, but the warning says what CUDA would make of it."""
     rows = gpu_rows([{**view(r, "n1", None, visible="0"), "count": 0} for r in (0, 1)]
                     + [{**view(2, "n2", None, visible="0"), "count": 0}])
-    assert [r.status for r in rows] == [WARN]
+    assert [r.status for r in rows] == [WARN, WARN]
     assert rows[0].detail.startswith("ranks 0-1 on n1 are granted the same GPUs "
                                      "(CUDA_VISIBLE_DEVICES='0')")
     assert "would share a GPU" in rows[0].detail
+    assert rows[1].detail.startswith("CUDA_VISIBLE_DEVICES is set on 3 rank(s)")
 
 
 def test_a_filesystem_without_locks_says_what_to_set():

@@ -116,12 +116,12 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
                                     "they would share a GPU and the search would fail (one task "
                                     "per GPU, or --gpus-per-task=1)")
                   for (node, visible), ranks in grants.items() if len(ranks) > 1]
-        if shared:
-            return shared
         if granted:
-            return [Row("GPUs", WARN, f"CUDA_VISIBLE_DEVICES is set on {len(granted)} rank(s) "
-                                      f"(rank {granted[0]['rank']}: {granted[0]['visible']!r}) "
-                                      "but torch uses no CUDA device there: a CPU run (gloo)")]
+            first = granted[0]
+            return shared + [Row("GPUs", WARN,
+                                 f"CUDA_VISIBLE_DEVICES is set on {len(granted)} rank(s) (rank "
+                                 f"{first['rank']}: {first['visible']!r}) but torch uses no "
+                                 "CUDA device there: a CPU run (gloo)")]
         return [Row("GPUs", OK, "none visible: a CPU run (gloo)")]
     holders: dict[tuple[str, str], list[int]] = defaultdict(list)
     for v in using:
