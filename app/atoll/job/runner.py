@@ -236,9 +236,12 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     config, job = plan.config, plan.job
     codec = Codec(config.space)
     link = WorkerLink(topo.worker_comm, codec)
+    # Every rank reads a checkpoint; the leader alone writes and discards them.
+    checkpoints = CheckpointStore(paths, plan.run_id, config.record.checkpoint_limit_mb)
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
     population, waiting, succeeded = on_all(
-        topo.world, lambda: _restored(plan, paths, topo) if topo.is_leader else (None, [], False))
+        topo.world, lambda: _restored(plan, paths, topo, checkpoints) if topo.is_leader
+        else (None, [], False))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
@@ -247,8 +250,6 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         may_write=lambda: not claimed or still_held(paths.run_dir, claimed))
         if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
-    # Every rank reads a checkpoint; the leader alone writes and discards them.
-    checkpoints = CheckpointStore(paths, plan.run_id, config.record.checkpoint_limit_mb)
     evaluator = WorkerEvaluator.for_job(
         config, objective, topo.worker_comm, local_rank=topo.local_rank,
         record_epoch=log_file.add_epoch if log_file is not None else None,
@@ -281,16 +282,15 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     return Leader(loop, link, log_file, evaluator)
 
 
-def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology
-              ) -> tuple[Population | None, list[Individual], bool]:
+def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
+              checkpoints: CheckpointStore) -> tuple[Population | None, list[Individual], bool]:
     """The island's population, the interrupted evaluations this worker continues, and
     whether any evaluation of the run succeeded."""
     if not plan.resumed:
         return None, [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
-    store = CheckpointStore(paths, plan.run_id)
     unrecorded = {c.individual: c.about
-                  for c in store.unrecorded(set(individuals["id"].tolist()))}
+                  for c in checkpoints.unrecorded(set(individuals["id"].tolist()))}
     waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker,
                           unrecorded)
     if waiting:
