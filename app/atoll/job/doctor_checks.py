@@ -21,11 +21,7 @@ from atoll.job.plan import job_layout, run_budget
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
-WORKER_FILE_BASE = 128 * 1024
-"""Bytes of a worker file before its first row beyond the first chunk of each table (measured
-with h5py 3.16: an empty 2-parameter worker file is 159 KiB, 52 KiB of it the individuals chunk)."""
-ROW_OVERHEAD = 1.4
-"""Worker-file bytes per recorded individual over the row's size (measured: 1.32 at 5,000 rows)."""
+
 
 
 @dataclass(frozen=True)
@@ -229,14 +225,12 @@ def space_rows(config: Config, layout: Layout, where: Path, free: int, checkpoin
     """Free space against an estimate of the run's record (not of model weights or epochs),
     and room for each worker to write a checkpoint as large as ``checkpoint`` (the largest the
     run keeps) beside the one it replaces."""
+    from atoll.record.room import record_bytes
     from atoll.record.schema import individual_dtype
 
     budget = run_budget(config, layout.workers)
     row = individual_dtype(config.space).itemsize
-    worker_files = layout.workers * (WORKER_FILE_BASE + 512 * row) + budget * row * ROW_OVERHEAD
-    results = 32 * 1024 + budget * row
-    checkpoints = layout.workers * checkpoint
-    need = int(16 * 1024 + worker_files + 2 * results + checkpoints)
+    need = record_bytes(row, budget, layout.workers) + layout.workers * checkpoint
     kept = f", {layout.workers} checkpoint(s) of {_size(checkpoint)}" if checkpoint else ""
     detail = (f"{_size(free)} free in {where}; the record needs about {_size(need)} (an "
               f"estimate: {budget} individuals of {row} B in worker files and results.h5, "

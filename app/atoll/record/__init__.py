@@ -13,6 +13,7 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 from atoll.record._h5 import plain, written_whole
 from atoll.record.consolidate import consolidate
 from atoll.record.paths import RunPaths
+from atoll.record.provenance import slurm_ids, software_versions
 from atoll.record.reader import (
     RunData,
     open_run,
@@ -20,17 +21,15 @@ from atoll.record.reader import (
     read_history,
     results_problem,
 )
+from atoll.record.room import check_room
 from atoll.record.run import (
     RunInfo,
     begin_job,
     check_new_run_dir,
-    check_room,
     check_run,
     create_run,
     end_job,
     set_budget,
-    slurm_ids,
-    software_versions,
 )
 from atoll.record.schema import SCHEMA_VERSION, check_param_names, check_record_fits
 from atoll.record.writer import WorkerLog

@@ -10,19 +10,15 @@ import contextlib
 import json
 import math
 import os
-import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
 import h5py
 import numpy as np
 
-import atoll
 from atoll.errors import AtollError, RecordError, suggested
 from atoll.record import full
 from atoll.record._h5 import (
@@ -40,7 +36,6 @@ from atoll.record._h5 import (
     write_header,
     written_whole,
 )
-from atoll.record.checkpoints import MB, checkpoint_bytes
 from atoll.record.claim import CLAIM_FILE
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
@@ -224,37 +219,6 @@ def _dict_difference(old: Mapping[str, Any], new: Mapping[str, Any], old_where: 
     return None
 
 
-def check_room(paths: RunPaths, workers: int, per_worker: int = 256 * 1024) -> None:
-    """Before a job adds anything, prove its worker files fit: write and remove a probe; and
-    that each worker can write a checkpoint as large as the largest kept beside the one it
-    replaces.
-
-    Otherwise a full or read-only disk would be found only after ``run.h5`` got a new job row.
-    """
-    probe = paths.workers_dir / ".room-probe.tmp"
-    try:
-        with open(probe, "wb") as f:
-            f.truncate(0)
-            chunk = b"\0" * per_worker
-            for _ in range(workers):
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        raise write_error(paths.workers_dir, exc) from None
-    finally:
-        if probe.exists():
-            probe.unlink()
-    _, largest = checkpoint_bytes(paths)
-    free = shutil.disk_usage(paths.run_dir).free
-    if workers * largest > free:
-        raise RecordError(
-            f"{paths.checkpoints_dir}: {free / MB:.0f} MB free, but each of the {workers} "
-            f"workers may write a checkpoint of up to {largest / MB:.0f} MB beside the one it "
-            "replaces; free some space, or delete the checkpoints of individuals you do not "
-            "need continued")
-
-
 def begin_job(paths: RunPaths, *, layout: Mapping[str, Any], hosts: list[str],
               versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
@@ -305,35 +269,3 @@ def _edit(paths: RunPaths, change: Callable[[h5py.File], T]) -> T:
     if not paths.run_file.is_file():
         raise RecordError(f"{paths.run_dir}: not an Atoll run (no run.h5 in it)")
     return full.edit_whole(paths.run_file, change, hint=_RUN_HINT, kind=RUN_KIND)
-
-
-def software_versions(mpi_library: str = "") -> dict[str, str]:
-    """Versions worth recording; never imports torch or mpi4py to learn them. The MPI
-    library's is taken from ``mpi_library``, else from mpi4py if the job loaded it."""
-    versions = {"atoll": atoll.__version__, "python": sys.version.split()[0],
-                "numpy": np.__version__, "h5py": h5py.version.version,
-                "hdf5": h5py.version.hdf5_version}
-    for name in ("torch", "mpi4py"):
-        module = sys.modules.get(name)
-        found = getattr(module, "__version__", None) if module else None
-        if found is None:
-            try:
-                found = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                continue
-        versions[name] = str(found)
-    loaded_mpi = sys.modules.get("mpi4py.MPI")
-    if not mpi_library and loaded_mpi is not None:
-        mpi_library = loaded_mpi.Get_library_version().splitlines()[0]
-    if mpi_library:
-        versions["mpi_library"] = mpi_library.strip()
-    return versions
-
-
-SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
-              "SLURM_RESTART_COUNT", "SLURM_JOB_NODELIST")
-"""What a job records of its SLURM allocation, to match a job row with the scheduler's."""
-
-
-def slurm_ids() -> dict[str, str]:
-    return {k: os.environ[k] for k in SLURM_KEYS if k in os.environ}
