@@ -67,6 +67,11 @@ class RunPaths:
     def models_dir(self) -> Path:
         return self.run_dir / "models"
 
+    @property
+    def report_dir(self) -> Path:
+        """Where ``atoll report`` writes unless told ``--out``."""
+        return self.run_dir / "report"
+
     def model_file(self, individual_id: int) -> Path:
         return self.models_dir / f"ind{individual_id:012d}.h5"
 

@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.record import plain, written_whole
+from atoll.record import RunPaths, plain, written_whole
 from atoll.record.reader import RunData
 from atoll.views.summary import Summary, summarize, text
 
@@ -92,7 +92,7 @@ def check_plotting() -> None:
 
 def out_dir(run: RunData, out: Path | None) -> Path:
     """``--out``, or ``RUN_DIR/report``; refused if it is a file."""
-    target = out if out is not None else Path(run.metadata.get("run_dir", ".")) / "report"
+    target = out if out is not None else RunPaths(run.metadata.get("run_dir", ".")).report_dir
     if target.exists() and not target.is_dir():
         raise RecordError(f"{target}: is a file, not a directory; give another --out")
     return target
