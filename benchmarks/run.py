@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        strategy_costs,scheduler_costs,pruning,checkpoints,peers]
+                                        strategy_costs,scheduler_costs,pruning,fidelity,checkpoints,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -23,6 +23,7 @@ import checkpoints
 import common
 import ddp_setup
 import ddp_throughput
+import fidelity
 import peers
 import propagators
 import pruning
@@ -41,7 +42,7 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
-                "pruning": pruning,
+                "pruning": pruning, "fidelity": fidelity,
                 "checkpoints": checkpoints, "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 

@@ -1,0 +1,170 @@
+"""Regret against training epochs spent, on a synthetic learning-curve task (issue #30, item 2).
+
+Atoll's schedulers (full training, the median rule, successive halving; with the GA and with
+CMA-ES) run the learning-curve task of learning_curves.py under mpirun with RANKS
+workers; Optuna's TPE runs it trial after trial with its SuccessiveHalvingPruner and
+HyperbandPruner (benchmarks/.venv-optuna). Every method gets EPOCH_BUDGET epochs, SEEDS seeds.
+
+A method's trajectory is the regret of its incumbent (the completed candidate with the least
+reported final loss; regret of its noiseless fully trained loss) after each evaluation ends, in
+the order they end, against the epochs spent so far by every evaluation that ended. For regret
+levels between what Optuna's best pruner reaches at a tenth of the budget and at the end, the
+row compares the median (over seeds) epochs each side needs to reach the level. Target: Atoll's
+best scheduler needs at most half the epochs of Optuna's best pruner at every level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import learning_curves as task
+from common import HERE, OPTUNA_PYTHON, ROOT, Row, ensure_optuna_venv, mpi_env
+
+SEEDS = (1, 2, 3, 4, 5)
+RANKS = 4
+EPOCH_BUDGET = 40 * task.MAX_EPOCHS
+LEVELS = 8
+TARGET = 0.5
+METHODS: dict[str, list[str]] = {
+    "full training, GA": ["search.evaluations=60"],
+    "full training, CMA-ES": ["search.evaluations=60", "evolution.strategy=cmaes"],
+    "median rule, GA": ["search.evaluations=400", "pruning.rule=median"],
+    "successive halving, GA": ["search.evaluations=400", "pruning.rule=halving"],
+    "successive halving, CMA-ES": ["search.evaluations=400", "pruning.rule=halving",
+                                   "evolution.strategy=cmaes"],
+}
+CONFIG = f"""
+[objective]
+name = "learning_curves:train"
+[evolution]
+population_size = 8
+[pruning]
+metric = "val_loss"
+min_epochs = 1
+eta = 3
+warmup_epochs = 1
+min_completed = 5
+{"".join(f'''
+[space.{name}]
+type = "float"
+low = 0.0
+high = 1.0''' for name in task.NAMES)}
+"""
+
+Trajectory = list[tuple[int, float]]  # (epochs spent, regret of the incumbent) after each end
+
+
+def trajectory(ends: list[tuple[tuple[float, ...], int, bool, float]]) -> Trajectory:
+    """From (x, epochs, completed, reported final loss) in the order the evaluations ended."""
+    spent, best, regret, out = 0, math.inf, math.inf, []
+    for x, epochs, complete, value in ends:
+        spent += epochs
+        if complete and value < best:
+            best, regret = value, task.fully_trained(x) - task.BEST
+        out.append((spent, regret))
+        if spent >= EPOCH_BUDGET:
+            break
+    return out
+
+
+def epochs_to(path: Trajectory, level: float) -> float:
+    return next((float(spent) for spent, regret in path if regret <= level), math.inf)
+
+
+def atoll_run(run_dir: Path, config: Path, seed: int, settings: list[str]) -> Trajectory:
+    from atoll.individual import Status
+    from atoll.record import open_run
+
+    command = [str(ROOT / ".venv" / "bin" / "mpirun"), "-n", str(RANKS), "--oversubscribe",
+               "--bind-to", "none", str(ROOT / ".venv" / "bin" / "atoll"), "search", "-q",
+               "--config", str(config), "--run-dir", str(run_dir), "--set", f"seed={seed}",
+               *(part for s in settings for part in ("--set", s))]
+    done = subprocess.run(command, capture_output=True, text=True, env=mpi_env(), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr[-2000:]}")
+    run = open_run(run_dir)
+    ind = run.individuals[run.individuals["status"] != int(Status.INTERRUPTED)]
+    ind = ind[ind["finished"].argsort()]
+    trained = dict(zip(*[a.tolist() for a in _counts(run.epochs["individual"])], strict=True))
+    ends = [(tuple(float(row[name]) for name in task.NAMES), trained.get(int(row["id"]), 0),
+             int(row["status"]) == int(Status.OK), float(row["loss"])) for row in ind]
+    return trajectory(ends)
+
+
+def _counts(ids: Any) -> tuple[Any, Any]:
+    import numpy as np
+
+    return np.unique(ids, return_counts=True)
+
+
+def optuna_runs(scratch: Path, pruner: str) -> list[Trajectory]:
+    tasks = [{"pruner": pruner, "seed": seed, "budget": EPOCH_BUDGET} for seed in SEEDS]
+    (scratch / "tasks.json").write_text(json.dumps(tasks))
+    out = scratch / f"optuna-{pruner}.json"
+    subprocess.run([str(OPTUNA_PYTHON), str(HERE / "optuna_fidelity_side.py"),
+                    str(scratch / "tasks.json"), str(out)], check=True, env=mpi_env())
+    return [trajectory([(tuple(e["x"]), e["epochs"], e["complete"], e["value"]) for e in study])
+            for study in json.loads(out.read_text())]
+
+
+def levels(paths: list[Trajectory]) -> list[float]:
+    """Regret levels from the median at a tenth of the budget to the median at its end."""
+    high = statistics.median(min((r for s, r in p if s <= EPOCH_BUDGET // 10), default=math.inf)
+                             for p in paths)
+    low = statistics.median(p[-1][1] if p else math.inf for p in paths)
+    if not (math.isfinite(high) and math.isfinite(low) and low > 0):
+        return [high] if math.isfinite(high) else []
+    return [high * (low / high) ** (k / (LEVELS - 1)) for k in range(LEVELS)]
+
+
+def worst_ratio(ours: list[Trajectory], theirs: list[Trajectory], at: list[float]) -> float:
+    ratios = []
+    for level in at:
+        mine = statistics.median(epochs_to(p, level) for p in ours)
+        other = statistics.median(epochs_to(p, level) for p in theirs)
+        ratios.append(mine / other if math.isfinite(other) else math.nan)
+    return max(ratios, default=math.nan)
+
+
+def run(log: Any = print) -> tuple[list[Row], list[str]]:
+    ensure_optuna_venv()
+    results: dict[str, list[Trajectory]] = {}
+    with tempfile.TemporaryDirectory(prefix="atoll-bench-fidelity-") as name:
+        scratch = Path(name)
+        config = scratch / "curves.toml"
+        config.write_text(CONFIG)
+        for rule, settings in METHODS.items():
+            results[f"Atoll, {rule}"] = [atoll_run(scratch / f"{rule}-{seed}".replace(" ", "_"),
+                                                   config, seed, settings) for seed in SEEDS]
+            log(f"  Atoll, {rule}: done")
+        for pruner in ("halving", "hyperband"):
+            results[f"Optuna TPE, {pruner}"] = optuna_runs(scratch, pruner)
+            log(f"  Optuna TPE, {pruner}: done")
+    finals = {name: statistics.median(p[-1][1] if p else math.inf for p in paths)
+              for name, paths in results.items()}
+    optuna_best = min((n for n in finals if n.startswith("Optuna")), key=finals.__getitem__)
+    at = levels(results[optuna_best])
+    ratios = {n: worst_ratio(results[n], results[optuna_best], at)
+              for n in results if n.startswith("Atoll")}
+    atoll_best = min(ratios, key=lambda n: ratios[n] if ratios[n] == ratios[n] else math.inf)
+    shown = "; ".join(f"{n}: {finals[n]:.3g}" for n in results)
+    notes = [f"multi-fidelity, median final regret at {EPOCH_BUDGET} epochs: {shown}",
+             "multi-fidelity, worst epochs ratio to " + optuna_best + ": "
+             + "; ".join(f"{n}: {r:.2f}" for n, r in ratios.items())]
+    for note in notes:
+        log("  " + note)
+    best_ratio = ratios[atoll_best]
+    rows = [Row(f"multi-fidelity learning curves (4-d, {task.MAX_EPOCHS} epochs, {EPOCH_BUDGET} "
+                f"epochs per search, {len(SEEDS)} seeds, Atoll on {RANKS} workers, Optuna one "
+                f"trial at a time): epochs to reach each of {len(at)} regret levels, medians; "
+                f"Atoll's best ({atoll_best}) against Optuna's best ({optuna_best}); ratio: "
+                "the worst level", f"final regret {finals[atoll_best]:.3g}",
+                f"final regret {finals[optuna_best]:.3g}", f"{best_ratio:.2f}",
+                f"<= {TARGET:g} at every level", best_ratio <= TARGET)]
+    return rows, notes
