@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        strategy_costs,scheduler_costs,pruning,fidelity,checkpoints,peers]
+                                        strategy_costs,scheduler_costs,pruning,fidelity,continuation,
+                                        checkpoints,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import checkpoints
 import common
+import continuation
 import ddp_setup
 import ddp_throughput
 import fidelity
@@ -42,7 +44,7 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
-                "pruning": pruning, "fidelity": fidelity,
+                "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
                 "checkpoints": checkpoints, "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 

@@ -229,16 +229,21 @@ def test_interrupted_evaluations_are_continued_under_their_ids_and_counted_once(
     assert min(new) == block[1]  # new ones number on after job 0's block; continued keep theirs
 
 
+CHOICES = ('space.act={type = "categorical", choices = ["relu", "tanh"]}',
+           'space.width={type = "ordinal", values = [16, 32, 64]}')
+"""Parameters that are not floats: an interrupted individual is continued with them as given."""
+
+
 def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_layout(tmp_path):
     """A wall-time stop in mid-training: the next job (3 ranks instead of 2) gives each
-    interrupted individual its last checkpoint, so every epoch is trained once; the checkpoints
-    of completed evaluations are deleted."""
+    interrupted individual its last checkpoint (and its parameters, strings too), so every
+    epoch is trained once; the checkpoints of completed evaluations are deleted."""
     trace = tmp_path / "trace"
     trace.mkdir()
     run_dir, done = start(tmp_path, 2, "objective.name=objectives:checkpointed",
                           f"objective.options.trace={json.dumps(str(trace))}",
                           "objective.options.sleep=0.15", "search.generations=4",
-                          "search.wall_time=1.2")
+                          "search.wall_time=1.2", *CHOICES)
     assert done.returncode == 75, done.stderr[-2000:]
     first = open_run(run_dir).individuals
     interrupted = first["id"][first["status"] == int(Status.INTERRUPTED)].tolist()
@@ -253,6 +258,9 @@ def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_l
         epochs = [int(e) for e in (trace / f"{ident}.txt").read_text().split()]
         assert epochs == list(range(6)), (ident, epochs)  # none trained twice or lost
     assert not list((run_dir / "checkpoints").iterdir())
+    by_id = {row["id"]: (row["act"], row["width"]) for row in first[first["status"] == int(
+        Status.INTERRUPTED)]}
+    assert {row["id"]: (row["act"], row["width"]) for row in ind if row["id"] in by_id} == by_id
 
 
 def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):

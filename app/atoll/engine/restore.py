@@ -89,10 +89,12 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
     completed = individuals["id"][np.isin(status, FINISHED)]
     rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
                                                                       completed)]
+    values = [rows[name].tolist() for name in space.names]  # Python values, strings decoded
     waiting = {}
     for n, ident in enumerate(rows["id"].tolist()):  # later parts win
         waiting[int(ident)] = Individual(
-            id=int(ident), params={name: rows[name][n].item() for name in space.names},
+            id=int(ident), params={name: column[n] for name, column in zip(
+                space.names, values, strict=True)},
             parents=(int(rows["parent_a"][n]), int(rows["parent_b"][n])),
             origin=_origin(int(rows["origin"][n]), int(rows["parent_a"][n])),
             born=float(rows["born"][n]), status=Status.INTERRUPTED)
