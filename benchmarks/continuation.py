@@ -2,11 +2,11 @@
 
 The default search (the DDP classifier on digits, workers of 2 ranks, RANKS ranks) runs with
 ``search.wall_time = WALL_TIME`` s, so it stops (exit 75) with evaluations in flight; ``atoll
-resume`` then finishes it. From the record: the epochs trained twice (an (individual, epoch)
-recorded more than once: Atoll continues an interrupted evaluation from its last checkpoint),
-against the epochs a restart from scratch would have trained again (every epoch of the
-interrupted parts: what Propulate and Optuna redo). Target: at most one epoch redone per
-interrupted evaluation (the one the stop cut short).
+resume --set search.wall_time=0`` then finishes it. From the record: the epochs trained twice
+(an (individual, epoch) recorded more than once: Atoll continues an interrupted evaluation from
+its last checkpoint), against the epochs a restart from scratch would have trained again (every
+epoch of the interrupted parts: what Propulate and Optuna redo). Target: at most one epoch
+redone per interrupted evaluation (the one the stop cut short).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from common import ROOT, Row, mpi_env
 
 RANKS = 4
-WALL_TIME = 40
+WALL_TIME = 60
 
 
 def launch(*args: str) -> int:
@@ -56,7 +56,8 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         if first != 75:
             raise RuntimeError(f"the first job ended with {first} before its wall time: "
                                "raise nothing, lower WALL_TIME")
-        launch("resume", str(run_dir))
+        if launch("resume", str(run_dir), "--set", "search.wall_time=0") != 0:
+            raise RuntimeError("the resumed job did not finish the search")
         twice, in_parts, cut = thrown_away(run_dir)
     log(f"  {cut} evaluations interrupted: {twice} epochs trained twice, {in_parts} epochs in "
         "their interrupted parts")
