@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import learning_curves as task
+import numpy as np
 from common import HERE, OPTUNA_PYTHON, ROOT, Row, ensure_optuna_venv, mpi_env
 
 SEEDS = (1, 2, 3, 4, 5)
@@ -58,13 +59,14 @@ high = 1.0''' for name in task.NAMES)}
 """
 
 Trajectory = list[tuple[int, float]]  # (epochs spent, regret of the incumbent) after each end
+End = tuple[int, tuple[float, ...], bool, float]
+"""(epochs spent by then, x, whether it trained every epoch, its last reported loss)."""
 
 
-def trajectory(ends: list[tuple[tuple[float, ...], int, bool, float]]) -> Trajectory:
-    """From (x, epochs, completed, reported final loss) in the order the evaluations ended."""
-    spent, best, regret, out = 0, math.inf, math.inf, []
-    for x, epochs, complete, value in ends:
-        spent += epochs
+def trajectory(ends: list[End]) -> Trajectory:
+    """The incumbent's regret after each evaluation ended, in the order they ended."""
+    best, regret, out = math.inf, math.inf, []
+    for spent, x, complete, value in ends:
         if complete and value < best:
             best, regret = value, task.fully_trained(x) - task.BEST
         out.append((spent, regret))
@@ -91,16 +93,11 @@ def atoll_run(run_dir: Path, config: Path, seed: int, settings: list[str]) -> Tr
     run = open_run(run_dir)
     ind = run.individuals[run.individuals["status"] != int(Status.INTERRUPTED)]
     ind = ind[ind["finished"].argsort()]
-    trained = dict(zip(*[a.tolist() for a in _counts(run.epochs["individual"])], strict=True))
-    ends = [(tuple(float(row[name]) for name in task.NAMES), trained.get(int(row["id"]), 0),
-             int(row["status"]) == int(Status.OK), float(row["loss"])) for row in ind]
-    return trajectory(ends)
-
-
-def _counts(ids: Any) -> tuple[Any, Any]:
-    import numpy as np
-
-    return np.unique(ids, return_counts=True)
+    epoch_times = np.sort(run.epochs["time"])
+    spent = np.searchsorted(epoch_times, ind["finished"], side="right")  # epochs of every part
+    return trajectory([(int(n), tuple(float(row[name]) for name in task.NAMES),
+                        int(row["status"]) == int(Status.OK), float(row["loss"]))
+                       for n, row in zip(spent, ind, strict=True)])
 
 
 def optuna_runs(scratch: Path, pruner: str) -> list[Trajectory]:
@@ -109,8 +106,12 @@ def optuna_runs(scratch: Path, pruner: str) -> list[Trajectory]:
     out = scratch / f"optuna-{pruner}.json"
     subprocess.run([str(OPTUNA_PYTHON), str(HERE / "optuna_fidelity_side.py"),
                     str(scratch / "tasks.json"), str(out)], check=True, env=mpi_env())
-    return [trajectory([(tuple(e["x"]), e["epochs"], e["complete"], e["value"]) for e in study])
-            for study in json.loads(out.read_text())]
+    paths = []
+    for study in json.loads(out.read_text()):
+        spent = np.cumsum([e["epochs"] for e in study])
+        paths.append(trajectory([(int(n), tuple(e["x"]), e["complete"], e["value"])
+                                 for n, e in zip(spent, study, strict=True)]))
+    return paths
 
 
 def levels(paths: list[Trajectory]) -> list[float]:

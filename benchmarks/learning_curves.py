@@ -60,11 +60,15 @@ def point(params: Mapping[str, Any]) -> tuple[float, ...]:
 
 
 def train(params: Mapping[str, Any], ctx: Any) -> float:
-    """Atoll's objective: one report per epoch; stops when told (pruned, or the job stops)."""
+    """Atoll's objective: one report and one checkpoint per epoch (so that it can be paused and
+    continued); stops when told (pruned, paused, or the job stops)."""
     x = point(params)
-    value = math.nan
-    for epoch in range(MAX_EPOCHS):
+    saved = ctx.load_checkpoint()
+    value = float(saved.state["value"]) if saved is not None else math.nan
+    for epoch in range(saved.epoch + 1 if saved is not None else 0, MAX_EPOCHS):
         value = loss_at(x, epoch)
-        if ctx.report(epoch, val_loss=value):
+        stop = ctx.report(epoch, val_loss=value)
+        ctx.save_checkpoint({"value": value}, epoch)
+        if stop:
             break
     return value
