@@ -4,6 +4,7 @@ mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning reco
 from __future__ import annotations
 
 import copy
+import json
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, run
+from conftest import ROOT, alive, atoll_cmd, mpi_env, mpirun_atoll, run
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -281,3 +282,59 @@ high = 1.0
     assert pid_file.with_name("terminated").exists() != stubborn
     ind = open_run(run_dir).individuals
     assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
+
+
+RESUMABLE = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/resumable.py", "--x", "{{x}}", "--out", "{{work_dir}}",
+           "--resume", "{{resume_dir}}"]
+stop_grace = 5
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+
+
+def wait_for_lines(path: Path, count: int, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {count} lines after {timeout} s")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGUSR1, signal.SIGKILL])
+def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp_path, stop):
+    """SIGUSR1 (the job stops, the individual is recorded interrupted) or kill -9 (no row:
+    the worker's small checkpoint of it says it may be continued); the next job gives the
+    script its checkpoint directory to resume from, and each epoch runs once."""
+    run_dir, paths = tmp_path / "run", RunPaths(tmp_path / "run")
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, RESUMABLE)), "--run-dir",
+                  str(run_dir), "-q", "--set", "search.evaluations=1"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trace = paths.work_dir(0) / "epochs.txt"
+    wait_for_lines(trace, 3)
+    script = int(paths.work_dir(0).joinpath("pid").read_text())
+    proc.send_signal(stop)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (75 if stop == signal.SIGUSR1 else -signal.SIGKILL), err[-2000:]
+    deadline = time.monotonic() + 10
+    while alive(script) and time.monotonic() < deadline:  # SIGKILL: its parent's death ends it
+        time.sleep(0.05)
+    assert not alive(script)
+    saved = json.loads(paths.command_checkpoint_dir(0).joinpath("state.json").read_text())
+    assert saved["epoch"] >= 2 and paths.checkpoint_file(0).exists()
+
+    again = run(atoll_cmd("resume", str(run_dir), "-q"), timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ind = open_run(run_dir).individuals
+    assert ind["id"].tolist() == [0] and ind["status"].tolist() == [int(Status.OK)]
+    assert wait_for_lines(trace, 8) == [str(e) for e in range(8)]  # each epoch ran once
+    loss = 10.0
+    for _ in range(8):
+        loss = loss * 0.5 + float(ind["x"][0])
+    assert ind["loss"][0] == pytest.approx(loss)  # the state went on from its checkpoint
+    assert not paths.command_checkpoint_dir(0).exists() and not paths.checkpoint_file(0).exists()
