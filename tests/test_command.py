@@ -16,10 +16,10 @@ import pytest
 from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
-from atoll.objectives.lines import BadLine, Lines
+from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, alive, atoll_cmd, mpi_env, mpirun_atoll, run
+from conftest import ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -295,14 +295,14 @@ high = 1.0
 """
 
 
-def wait_for_lines(path: Path, count: int, timeout: float = 60) -> list[str]:
+def wait_for_words(path: Path, count: int, timeout: float = 60) -> list[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         lines = path.read_text().split() if path.exists() else []
         if len(lines) >= count:
             return lines
         time.sleep(0.05)
-    raise AssertionError(f"{path}: fewer than {count} lines after {timeout} s")
+    raise AssertionError(f"{path}: fewer than {count} words after {timeout} s")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGUSR1, signal.SIGKILL])
@@ -316,7 +316,7 @@ def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp
                   str(run_dir), "-q", "--set", "search.evaluations=1"),
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     trace = paths.work_dir(0) / "epochs.txt"
-    wait_for_lines(trace, 3)
+    wait_for_words(trace, 3)
     script = int(paths.work_dir(0).joinpath("pid").read_text())
     proc.send_signal(stop)
     _, err = proc.communicate(timeout=60)
@@ -332,9 +332,72 @@ def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp
     assert again.returncode == 0, again.stderr[-2000:]
     ind = open_run(run_dir).individuals
     assert ind["id"].tolist() == [0] and ind["status"].tolist() == [int(Status.OK)]
-    assert wait_for_lines(trace, 8) == [str(e) for e in range(8)]  # each epoch ran once
+    assert wait_for_words(trace, 8) == [str(e) for e in range(8)]  # each epoch ran once
     loss = 10.0
     for _ in range(8):
         loss = loss * 0.5 + float(ind["x"][0])
     assert ind["loss"][0] == pytest.approx(loss)  # the state went on from its checkpoint
     assert not paths.command_checkpoint_dir(0).exists() and not paths.checkpoint_file(0).exists()
+
+
+def test_results_from_a_file_count_the_leaders_lines_and_not_stdout(tmp_path):
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/file_results.py", "{{x}}"]
+results = "file"
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=2", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == 2, ind["error"]
+    for row in ind:
+        ident, x = int(row["id"]), float(row["x"])
+        assert row["loss"] == x
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert curve["val_loss"].tolist() == pytest.approx([x + 3, x + 2, x + 1])
+        assert "ATOLL result=999" in paths.command_log(ident, 0).read_text()
+        assert paths.work_dir(ident).joinpath("results-rank0.txt").read_text().endswith(
+            f"ATOLL result={x}\n")
+
+
+def test_a_results_file_is_read_in_whole_lines_from_where_it_ended(tmp_path):
+    """A continued evaluation's earlier lines were read by its earlier job."""
+    path = tmp_path / "results.txt"
+    path.write_text("ATOLL epoch=0 loss=1.0\n")
+    results = ResultsFile(path)
+    assert results.new_lines() == []
+    with path.open("a") as out:
+        out.write("ATOLL epoch=1 loss=0.5\nATOLL res")
+    assert results.new_lines() == ["ATOLL epoch=1 loss=0.5"]
+    with path.open("a") as out:
+        out.write("ult=0.5\n")
+    assert results.new_lines() == ["ATOLL result=0.5"]
+    path.write_text("ATOLL result=0.25\n")  # written anew from its start
+    assert results.new_lines() == ["ATOLL result=0.25"]
+
+
+def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
+    """PR_SET_PDEATHSIG: a script that says nothing (so no broken pipe ends it) still ends."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "--hang"')
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(tmp_path / "run"), "-q"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = RunPaths(tmp_path / "run").command_log(0, 0)
+    wait_for_words(log, 2)  # "starting --hang"
+    scripts = [p for p in descendants(proc.pid) if "broken.py" in
+               Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(scripts) == 1
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while alive(scripts[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(scripts[0])
