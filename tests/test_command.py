@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import signal
 import subprocess
 import time
@@ -19,7 +20,8 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
+from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
+from test_slurm import job_env, slurm, slurm_run  # noqa: F401 - slurm: the SLURM tests' cluster
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -310,11 +312,13 @@ def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp
     """SIGUSR1 (the job stops, the individual is recorded interrupted) or kill -9 (no row:
     the worker's small checkpoint of it says it may be continued); the next job gives the
     script its checkpoint directory to resume from, and each epoch runs once."""
-    run_dir, paths = tmp_path / "run", RunPaths(tmp_path / "run")
+    home = tmp_path / "home"  # the run directory is relative to it, the script runs elsewhere
+    home.mkdir()
+    run_dir, paths = home / "run", RunPaths(home / "run")
     proc = subprocess.Popen(
-        atoll_cmd("search", "--config", str(write(tmp_path, RESUMABLE)), "--run-dir",
-                  str(run_dir), "-q", "--set", "search.evaluations=1"),
-        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        atoll_cmd("search", "--config", str(write(tmp_path, RESUMABLE)), "--run-dir", "run",
+                  "-q", "--set", "search.evaluations=1"),
+        cwd=home, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     trace = paths.work_dir(0) / "epochs.txt"
     wait_for_words(trace, 3)
     script = int(paths.work_dir(0).joinpath("pid").read_text())
@@ -328,7 +332,7 @@ def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp
     saved = json.loads(paths.command_checkpoint_dir(0).joinpath("state.json").read_text())
     assert saved["epoch"] >= 2 and paths.checkpoint_file(0).exists()
 
-    again = run(atoll_cmd("resume", str(run_dir), "-q"), timeout=120)
+    again = run(atoll_cmd("resume", "run", "-q"), timeout=120, cwd=home)
     assert again.returncode == 0, again.stderr[-2000:]
     ind = open_run(run_dir).individuals
     assert ind["id"].tolist() == [0] and ind["status"].tolist() == [int(Status.OK)]
@@ -400,4 +404,27 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
     deadline = time.monotonic() + 10
     while alive(scripts[0]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive(scripts[0])
+    try:
+        assert not alive(scripts[0])
+    finally:
+        if alive(scripts[0]):  # no test leaves it behind
+            os.kill(scripts[0], signal.SIGKILL)
+
+
+def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):  # noqa: F811
+    """No mpirun: srun starts the ranks (PMIx), each starts the DDP script with torchrun's
+    variables, and the script's gloo world is the worker's two ranks."""
+    run_dir = tmp_path / "run"
+    config = write(tmp_path, DDP.split("[pruning]")[0] + "[distributed]\ntimeout = 20\n")
+    done = slurm_run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2",
+                      str(BIN / "atoll"), "search", "--config", str(config), "--run-dir",
+                      str(run_dir), "--set", "search.ranks_per_worker=2",
+                      "--set", "search.evaluations=2", "-q"], job_env(slurm), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ind, paths = open_run(run_dir).individuals, RunPaths(run_dir)
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == 2, ind["error"]
+    assert (ind["loss"] == ind["x"]).all()
+    for ident in ind["id"].tolist():
+        for rank in (0, 1):
+            trace = paths.work_dir(int(ident)).joinpath(f"rank{rank}.txt").read_text()
+            assert trace.split() == ["0", "1", "2", "3"]

@@ -78,7 +78,7 @@ class CommandObjective:
         self.eval_timeout = config.search.eval_timeout
         self.fallback_metric = config.pruning.metric  # a pruned script's value, if it has none
         self.results = objective.results
-        self.paths = RunPaths(run_dir)
+        self.paths = RunPaths(run_dir.resolve())  # the command runs in another directory
 
     def preflight(self, options: Mapping[str, Any], data_dir: str | None,
                   parameter_names: Any) -> None:
