@@ -240,6 +240,11 @@ BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
      "space.id: the name is a command placeholder"),
     (lambda t: t["objective"].pop("command") and t["objective"].update(result_metric="acc"),
      "objective.result_metric: only a command objective takes it"),
+    (lambda t: t["objective"].update(results="files"), "objective.results: expected one of "
+                                                       "'stdout', 'file', got 'files'; did you "
+                                                       "mean 'file'?"),
+    (lambda t: t.update(space={"checkpoint_dir": {"type": "int", "low": 0, "high": 3}}),
+     "space.checkpoint_dir: the name is a command placeholder"),
 ])
 def test_bad_command_configs_are_one_line(change, message):
     table = copy.deepcopy(BASE)
@@ -252,7 +257,8 @@ def test_bad_command_configs_are_one_line(change, message):
 
 def test_a_command_config_survives_the_record_round_trip():
     config = parse_config({**BASE, "objective": {**BASE["objective"], "env": {"A": "{id}"},
-                                                 "result_metric": "val_loss"}})
+                                                 "result_metric": "val_loss",
+                                                 "results": "file"}})
     assert parse_config(config_to_dict(config)) == config
 
 

@@ -10,6 +10,7 @@ so a rank killed with SIGKILL leaves no command running on.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -73,6 +74,7 @@ class Child:
         self._lock = threading.Lock()
         self.stdout: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._news = threading.Event()  # a line came, or a stream closed
         try:
             self._proc = subprocess.Popen(
                 list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
@@ -95,6 +97,17 @@ class Child:
                 self._log.write(line)
                 self._log.flush()
             keep(line.rstrip("\n"))
+            self._news.set()
+        self._news.set()
+
+    def wait(self, timeout: float) -> None:
+        """Return after ``timeout`` seconds, or as soon as the child says something or ends
+        (so that a short command costs its own time, not a whole tick)."""
+        if self._news.wait(timeout):
+            self._news.clear()
+        if not self._readers[0].is_alive() and self._proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # stdout closed: it is ending
+                self._proc.wait(timeout)
 
     def exit_code(self) -> int | None:
         """The exit code once the child ended and its output is read (None before)."""

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from atoll.evaluation.context import Context
 
 TICK = 0.05
-"""Seconds between two looks at the children (and one allgather on a multi-rank worker)."""
+"""Seconds at most between two looks at the children (and one allgather on a multi-rank
+worker); a rank looks sooner when its child prints a line or ends."""
 
 
 class CommandFailed(RuntimeError):
@@ -139,7 +140,7 @@ class CommandObjective:
         deadline = time.monotonic() + self.eval_timeout if self.eval_timeout else math.inf
         last = dict[str, float]()
         while True:
-            time.sleep(TICK)
+            watch.child.wait(TICK)
             mine = watch.look(time.monotonic() > deadline)
             ticks = ctx.comm.allgather(mine) if ctx.size > 1 else [mine]
             leader = ticks[0]
