@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
-                                        strategy_costs,scheduler_costs,pruning,fidelity,continuation,
-                                        checkpoints,peers]
+                                        strategy_costs,scheduler_costs,pruning,fidelity,
+                                        continuation,checkpoints,command_costs,peers]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import checkpoints
+import command_costs
 import common
 import continuation
 import ddp_setup
@@ -45,7 +46,7 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
                 "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
-                "checkpoints": checkpoints, "peers": peers}
+                "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers}
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 

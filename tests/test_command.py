@@ -4,6 +4,8 @@ mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning reco
 from __future__ import annotations
 
 import copy
+import json
+import os
 import signal
 import subprocess
 import time
@@ -15,10 +17,11 @@ import pytest
 from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
-from atoll.objectives.lines import BadLine, Lines
+from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
-from conftest import ROOT, atoll_cmd, mpi_env, mpirun_atoll, run
+from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
+from test_slurm import job_env, slurm, slurm_run  # noqa: F401 - slurm: the SLURM tests' cluster
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -237,6 +240,11 @@ BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
      "space.id: the name is a command placeholder"),
     (lambda t: t["objective"].pop("command") and t["objective"].update(result_metric="acc"),
      "objective.result_metric: only a command objective takes it"),
+    (lambda t: t["objective"].update(results="files"), "objective.results: expected one of "
+                                                       "'stdout', 'file', got 'files'; did you "
+                                                       "mean 'file'?"),
+    (lambda t: t.update(space={"checkpoint_dir": {"type": "int", "low": 0, "high": 3}}),
+     "space.checkpoint_dir: the name is a command placeholder"),
 ])
 def test_bad_command_configs_are_one_line(change, message):
     table = copy.deepcopy(BASE)
@@ -249,7 +257,8 @@ def test_bad_command_configs_are_one_line(change, message):
 
 def test_a_command_config_survives_the_record_round_trip():
     config = parse_config({**BASE, "objective": {**BASE["objective"], "env": {"A": "{id}"},
-                                                 "result_metric": "val_loss"}})
+                                                 "result_metric": "val_loss",
+                                                 "results": "file"}})
     assert parse_config(config_to_dict(config)) == config
 
 
@@ -281,3 +290,147 @@ high = 1.0
     assert pid_file.with_name("terminated").exists() != stubborn
     ind = open_run(run_dir).individuals
     assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
+
+
+RESUMABLE = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/resumable.py", "--x", "{{x}}", "--out", "{{work_dir}}",
+           "--resume", "{{resume_dir}}"]
+stop_grace = 5
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+
+
+def wait_for_words(path: Path, count: int, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {count} words after {timeout} s")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGUSR1, signal.SIGKILL])
+def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp_path, stop):
+    """SIGUSR1 (the job stops, the individual is recorded interrupted) or kill -9 (no row:
+    the worker's small checkpoint of it says it may be continued); the next job gives the
+    script its checkpoint directory to resume from, and each epoch runs once."""
+    home = tmp_path / "home"  # the run directory is relative to it, the script runs elsewhere
+    home.mkdir()
+    run_dir, paths = home / "run", RunPaths(home / "run")
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, RESUMABLE)), "--run-dir", "run",
+                  "-q", "--set", "search.evaluations=1"),
+        cwd=home, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trace = paths.work_dir(0) / "epochs.txt"
+    wait_for_words(trace, 3)
+    script = int(paths.work_dir(0).joinpath("pid").read_text())
+    proc.send_signal(stop)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (75 if stop == signal.SIGUSR1 else -signal.SIGKILL), err[-2000:]
+    deadline = time.monotonic() + 10
+    while alive(script) and time.monotonic() < deadline:  # SIGKILL: its parent's death ends it
+        time.sleep(0.05)
+    assert not alive(script)
+    saved = json.loads(paths.command_checkpoint_dir(0).joinpath("state.json").read_text())
+    assert saved["epoch"] >= 2 and paths.checkpoint_file(0).exists()
+
+    again = run(atoll_cmd("resume", "run", "-q"), timeout=120, cwd=home)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ind = open_run(run_dir).individuals
+    assert ind["id"].tolist() == [0] and ind["status"].tolist() == [int(Status.OK)]
+    assert wait_for_words(trace, 8) == [str(e) for e in range(8)]  # each epoch ran once
+    loss = 10.0
+    for _ in range(8):
+        loss = loss * 0.5 + float(ind["x"][0])
+    assert ind["loss"][0] == pytest.approx(loss)  # the state went on from its checkpoint
+    assert not paths.command_checkpoint_dir(0).exists() and not paths.checkpoint_file(0).exists()
+
+
+def test_results_from_a_file_count_the_leaders_lines_and_not_stdout(tmp_path):
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/file_results.py", "{{x}}"]
+results = "file"
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=2", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run, paths = open_run(run_dir), RunPaths(run_dir)
+    ind = run.individuals
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == 2, ind["error"]
+    for row in ind:
+        ident, x = int(row["id"]), float(row["x"])
+        assert row["loss"] == x
+        curve = run.epochs[run.epochs["individual"] == ident]
+        assert curve["val_loss"].tolist() == pytest.approx([x + 3, x + 2, x + 1])
+        assert "ATOLL result=999" in paths.command_log(ident, 0).read_text()
+        assert paths.work_dir(ident).joinpath("results-rank0.txt").read_text().endswith(
+            f"ATOLL result={x}\n")
+
+
+def test_a_results_file_is_read_in_whole_lines_from_where_it_ended(tmp_path):
+    """A continued evaluation's earlier lines were read by its earlier job."""
+    path = tmp_path / "results.txt"
+    path.write_text("ATOLL epoch=0 loss=1.0\n")
+    results = ResultsFile(path)
+    assert results.new_lines() == []
+    with path.open("a") as out:
+        out.write("ATOLL epoch=1 loss=0.5\nATOLL res")
+    assert results.new_lines() == ["ATOLL epoch=1 loss=0.5"]
+    with path.open("a") as out:
+        out.write("ult=0.5\n")
+    assert results.new_lines() == ["ATOLL result=0.5"]
+    path.write_text("ATOLL result=0.25\n")  # written anew from its start
+    assert results.new_lines() == ["ATOLL result=0.25"]
+
+
+def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
+    """PR_SET_PDEATHSIG: a script that says nothing (so no broken pipe ends it) still ends."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "--hang"')
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(tmp_path / "run"), "-q"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = RunPaths(tmp_path / "run").command_log(0, 0)
+    wait_for_words(log, 2)  # "starting --hang"
+    scripts = [p for p in descendants(proc.pid) if "broken.py" in
+               Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(scripts) == 1
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while alive(scripts[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not alive(scripts[0])
+    finally:
+        if alive(scripts[0]):  # no test leaves it behind
+            os.kill(scripts[0], signal.SIGKILL)
+
+
+def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):  # noqa: F811
+    """No mpirun: srun starts the ranks (PMIx), each starts the DDP script with torchrun's
+    variables, and the script's gloo world is the worker's two ranks."""
+    run_dir = tmp_path / "run"
+    config = write(tmp_path, DDP.split("[pruning]")[0] + "[distributed]\ntimeout = 20\n")
+    done = slurm_run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2",
+                      str(BIN / "atoll"), "search", "--config", str(config), "--run-dir",
+                      str(run_dir), "--set", "search.ranks_per_worker=2",
+                      "--set", "search.evaluations=2", "-q"], job_env(slurm), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ind, paths = open_run(run_dir).individuals, RunPaths(run_dir)
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == 2, ind["error"]
+    assert (ind["loss"] == ind["x"]).all()
+    for ident in ind["id"].tolist():
+        for rank in (0, 1):
+            trace = paths.work_dir(int(ident)).joinpath(f"rank{rank}.txt").read_text()
+            assert trace.split() == ["0", "1", "2", "3"]

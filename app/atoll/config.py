@@ -94,6 +94,9 @@ class ObjectiveConfig:
     ``ATOLL result=`` line ("": the line is required)."""
     stop_grace: float = 10.0
     """Seconds a command has between SIGTERM and SIGKILL when its evaluation is stopped."""
+    results: str = "stdout"
+    """Where a command's ``ATOLL`` lines are read: its ``stdout``, or the ``file`` named by its
+    ``ATOLL_RESULTS_FILE`` (for scripts whose stdout is not theirs to shape)."""
 
 
 @dataclass(frozen=True)
@@ -347,13 +350,18 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
 }
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction", "command", "env",
-                   "result_metric", "stop_grace")
-_COMMAND_ONLY = ("env", "result_metric", "stop_grace")
+                   "result_metric", "stop_grace", "results")
+_COMMAND_ONLY = ("env", "result_metric", "stop_grace", "results")
+RESULTS_FROM = ("stdout", "file")
+"""Where a command objective's ``ATOLL`` lines come from (``objective.results``)."""
 COMMAND = "command"
 """``objective.name`` of a command objective."""
-COMMAND_FIELDS = ("id", "run_dir", "work_dir", "data_dir", "python")
+COMMAND_FIELDS = ("id", "run_dir", "work_dir", "data_dir", "python", "checkpoint_dir",
+                  "resume_dir", "results_file")
 """Placeholders a command may use besides the parameters' names: the individual's id, the run
-directory, the individual's work directory, ``objective.data_dir`` and Atoll's Python."""
+directory, the individual's work directory, ``objective.data_dir``, Atoll's Python, where the
+script saves its checkpoint and resumes from (empty when there is none yet), and the file its
+``ATOLL`` lines go to with ``objective.results = "file"``."""
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
 _DIMENSIONS = _integer(1)
 _DEFAULT_DIMENSIONS = 2
@@ -541,7 +549,9 @@ def _command_objective(raw: Mapping[str, Any],
         command=command, env=env,
         result_metric=_string(raw.get("result_metric", ""), "objective.result_metric"),
         stop_grace=_seconds(strict=False)(raw.get("stop_grace", ObjectiveConfig.stop_grace),
-                                          "objective.stop_grace")), space
+                                          "objective.stop_grace"),
+        results=_one_of(*RESULTS_FROM)(raw.get("results", ObjectiveConfig.results),
+                                       "objective.results")), space
 
 
 def builtin_space(name: str, dimensions: int) -> Space:
@@ -689,7 +699,8 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     what: dict[str, Any] = {"name": objective.name}
     if objective.command:
         what = {"command": list(objective.command), "env": _thaw(objective.env),
-                "result_metric": objective.result_metric, "stop_grace": objective.stop_grace}
+                "result_metric": objective.result_metric, "stop_grace": objective.stop_grace,
+                "results": objective.results}
     return {
         "seed": config.seed,
         "objective": {**what, "data_dir": objective.data_dir,

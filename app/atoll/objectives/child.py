@@ -3,25 +3,61 @@
 The child runs in a new session (so its process group is its own: a stop or a timeout ends the
 script and everything it started, and a Ctrl-C meant for Atoll does not reach it first). Two
 threads copy its stdout and stderr line by line into the log file; stdout lines are kept for
-the caller to read, the last stderr lines for the error of a failed evaluation.
+the caller to read, the last stderr lines for the error of a failed evaluation. On Linux the
+child also asks the kernel for SIGKILL when the rank that started it dies (``PR_SET_PDEATHSIG``),
+so a rank killed with SIGKILL leaves no command running on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 STDERR_TAIL = 8
 """Lines of stderr a failed evaluation's error quotes."""
 _READER_GRACE = 5.0
 """Seconds to wait for the output of a finished child to be read to its end."""
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Any:
+    """libc's ``prctl``, from the symbols the Python process already has."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    return prctl
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """What the child runs before its program (Linux only): SIGKILL when its parent dies.
+
+    The kernel sends it when the thread that started the child ends: the rank's main thread,
+    which evaluates. ``prctl`` is resolved here, in the parent, so that the child between fork
+    and exec only makes system calls; a parent that died before the call is seen after it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent = _prctl(), os.getpid()
+
+    def ask() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return ask
 
 
 class ChildError(RuntimeError):
@@ -38,11 +74,12 @@ class Child:
         self._lock = threading.Lock()
         self.stdout: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._news = threading.Event()  # a line came, or a stream closed
         try:
             self._proc = subprocess.Popen(
                 list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_death_signal())
         except OSError as exc:
             self._log.close()
             raise ChildError(f"objective.command: cannot start {argv[0]!r} in {cwd}: "
@@ -60,6 +97,17 @@ class Child:
                 self._log.write(line)
                 self._log.flush()
             keep(line.rstrip("\n"))
+            self._news.set()
+        self._news.set()
+
+    def wait(self, timeout: float) -> None:
+        """Return after ``timeout`` seconds, or as soon as the child says something or ends
+        (so that a short command costs its own time, not a whole tick)."""
+        if self._news.wait(timeout):
+            self._news.clear()
+        if not self._readers[0].is_alive() and self._proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # stdout closed: it is ending
+                self._proc.wait(timeout)
 
     def exit_code(self) -> int | None:
         """The exit code once the child ended and its output is read (None before)."""

@@ -4,8 +4,14 @@ Each rank starts the command (``[objective] command``, placeholders filled) as a
 with the variables of torch.distributed's ``env://`` rendezvous, as torchrun sets them, for a
 world that is the worker's ranks: an unchanged torchrun-style script runs as one DDP job per
 individual. The worker's ranks follow their children together: every tick they share, in one
-small allgather, what the leader's child printed (:mod:`atoll.report_line` lines) and which
-children ended, so that they call ``ctx.report`` at the same epochs and end alike.
+small allgather, what the leader's child printed (:mod:`atoll.report_line` lines, or the same
+lines in its results file) and which children ended, so that they call ``ctx.report`` at the
+same epochs and end alike.
+
+The script keeps its own checkpoint (its format: Atoll never reads it) in a directory per
+individual that it is told of; once it holds files, the worker saves a small Atoll checkpoint
+of the individual too, so that even a job killed without a word lets the next job continue it
+(:mod:`atoll.record.checkpoints`), and the directory goes when the evaluation completes.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from atoll.errors import ObjectiveError, described
 from atoll.objectives.child import Child, ChildError
-from atoll.objectives.lines import BadLine, Lines
+from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record.paths import RunPaths
+from atoll.report_line import RESULTS_FILE
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -36,7 +43,8 @@ if TYPE_CHECKING:
     from atoll.evaluation.context import Context
 
 TICK = 0.05
-"""Seconds between two looks at the children (and one allgather on a multi-rank worker)."""
+"""Seconds at most between two looks at the children (and one allgather on a multi-rank
+worker); a rank looks sooner when its child prints a line or ends."""
 
 
 class CommandFailed(RuntimeError):
@@ -52,6 +60,9 @@ class _Tick:
     exit_code: int | None
     bad_line: str
     timed_out: bool
+    checkpointed: bool = False
+    """The script's checkpoint directory holds files for the first time (the worker then saves
+    the individual's Atoll checkpoint, collectively)."""
 
 
 class CommandObjective:
@@ -67,7 +78,8 @@ class CommandObjective:
         self.cwd = Path(objective.config_dir or os.getcwd())
         self.eval_timeout = config.search.eval_timeout
         self.fallback_metric = config.pruning.metric  # a pruned script's value, if it has none
-        self.paths = RunPaths(run_dir)
+        self.results = objective.results
+        self.paths = RunPaths(run_dir.resolve())  # the command runs in another directory
 
     def preflight(self, options: Mapping[str, Any], data_dir: str | None,
                   parameter_names: Any) -> None:
@@ -83,50 +95,64 @@ class CommandObjective:
 
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
         env = {**os.environ, **rendezvous(ctx.comm)}
+        resume = _leaders_word(ctx, ctx.is_leader and _holds_files(
+            self.paths.command_checkpoint_dir(ctx.individual_id)))
         with _own_deadline():
-            child, error = self._start(params, env, ctx)
+            watch, error = self._start(params, env, ctx, resume)
             errors = ctx.comm.allgather(error) if ctx.size > 1 else [error]
             try:
                 failed = [r for r, e in enumerate(errors) if e]
                 if failed:  # every rank learns it: none is left waiting for the others
                     raise CommandFailed(error or f"the command of worker rank {failed[0]} "
                                         "could not start")
-                assert child is not None
-                return self._follow(child, ctx)
+                assert watch is not None
+                return self._follow(watch, ctx)
             finally:
-                if child is not None:
-                    child.close()
+                if watch is not None:
+                    watch.child.close()
 
-    def _start(self, params: Mapping[str, Any], env: dict[str, str],
-               ctx: Context) -> tuple[Child | None, str]:
+    def _start(self, params: Mapping[str, Any], env: dict[str, str], ctx: Context,
+               resume: bool) -> tuple[_Watch | None, str]:
         """This rank's child, or why it could not start (said to the worker's other ranks)."""
-        work_dir = self.paths.work_dir(ctx.individual_id)
-        values = {**params, "id": ctx.individual_id, "run_dir": self.paths.run_dir,
-                  "work_dir": work_dir, "data_dir": self.data_dir, "python": sys.executable}
+        ident = ctx.individual_id
+        work_dir, saves = self.paths.work_dir(ident), self.paths.command_checkpoint_dir(ident)
+        results_file = work_dir / f"results-rank{ctx.rank}.txt"
+        values = {**params, "id": ident, "run_dir": self.paths.run_dir, "work_dir": work_dir,
+                  "data_dir": self.data_dir, "python": sys.executable, "checkpoint_dir": saves,
+                  "resume_dir": saves if resume else "", "results_file": results_file}
         try:
             work_dir.mkdir(parents=True, exist_ok=True)
+            saves.mkdir(parents=True, exist_ok=True)
             argv = [word.format(**values) for word in self.command]
+            env.update(ATOLL_CHECKPOINT_DIR=str(saves),
+                       ATOLL_RESUME_DIR=str(saves) if resume else "")
+            if self.results == "file":
+                env[RESULTS_FILE] = str(results_file)
             env.update({k: v.format(**values) for k, v in self.env.items()})
-            log = self.paths.command_log(ctx.individual_id, ctx.rank)
-            return Child(argv, env, self.cwd, log), ""
+            results = ResultsFile(results_file) if self.results == "file" else None
+            child = Child(argv, env, self.cwd, self.paths.command_log(ident, ctx.rank))
+            return _Watch(child, ctx.is_leader, results, saves, marked=resume), ""
         except (OSError, ValueError, ChildError) as exc:
             return None, described(exc)
 
-    def _follow(self, child: Child, ctx: Context) -> float:
+    def _follow(self, watch: _Watch, ctx: Context) -> float:
         """Watch the children until they end, fail, time out or are told to stop."""
         deadline = time.monotonic() + self.eval_timeout if self.eval_timeout else math.inf
-        lines, last = Lines(), dict[str, float]()
+        last = dict[str, float]()
         while True:
-            time.sleep(TICK)
-            mine = _look(child, lines, ctx.is_leader, time.monotonic() > deadline)
+            watch.child.wait(TICK)
+            mine = watch.look(time.monotonic() > deadline)
             ticks = ctx.comm.allgather(mine) if ctx.size > 1 else [mine]
             leader = ticks[0]
             for epoch, metrics in leader.epochs:
                 last.update(metrics)
                 if ctx.report(epoch, **metrics):
-                    child.stop(self.stop_grace)
-                    return self._stopped_value(_last_result(child, lines, ctx.is_leader), last)
-            self._raise_on_failure(child, ctx.rank, ticks)
+                    watch.child.stop(self.stop_grace)
+                    return self._stopped_value(watch.last_result(), last)
+            if leader.checkpointed:  # from now on a killed job's next job continues it
+                ctx.save_checkpoint({"command_checkpoint": str(watch.saves)},
+                                    leader.epochs[-1][0])
+            self._raise_on_failure(watch.child, ctx.rank, ticks)
             if all(t.exit_code == 0 for t in ticks):
                 return self._value(leader.result, last)
 
@@ -151,8 +177,10 @@ class CommandObjective:
             return last[self.result_metric]
         wanted = f"'{self.result_metric}=<number>' in an 'ATOLL epoch=...' line or " \
             if self.result_metric else ""
-        raise CommandFailed(f"the command ended without a result: print {wanted}'ATOLL "
-                            "result=<number>' on stdout (worker rank 0)")
+        verb, where = ("write", f"to the file {RESULTS_FILE} names") \
+            if self.results == "file" else ("print", "on stdout")
+        raise CommandFailed(f"the command ended without a result: {verb} {wanted}'ATOLL "
+                            f"result=<number>' {where} (worker rank 0)")
 
     def _stopped_value(self, result: float | None, last: Mapping[str, float]) -> float:
         """The value of a stopped evaluation: its result line if it printed one on SIGTERM,
@@ -182,33 +210,62 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _look(child: Child, lines: Lines, is_leader: bool, late: bool) -> _Tick:
-    code = child.exit_code()  # first: once it is known, every line the child printed is queued
-    if not is_leader:  # only the leader's lines count
-        _read_rest(child, None)
-        return _Tick([], None, code, "", False)
+class _Watch:
+    """One rank's command as the worker follows it: the child, and on the leader the lines it
+    says (on stdout or in its results file) and whether it has saved a checkpoint yet."""
+
+    def __init__(self, child: Child, is_leader: bool, results: ResultsFile | None,
+                 saves: Path, marked: bool) -> None:
+        self.child, self.is_leader, self.results, self.saves = child, is_leader, results, saves
+        self.lines = Lines()
+        self.marked = marked or not is_leader  # the leader's word counts
+
+    def look(self, late: bool) -> _Tick:
+        """This tick's news (only the leader's lines count)."""
+        code = self.child.exit_code()  # first: once known, every line the child said is read
+        if not self.is_leader:
+            self._read()
+            return _Tick([], None, code, "", False)
+        try:
+            self._read()
+        except BadLine as exc:
+            return _Tick([], None, code, str(exc), False)
+        epochs = self.lines.take_epochs()
+        saved = bool(epochs) and not self.marked and _holds_files(self.saves)
+        self.marked |= saved
+        return _Tick(epochs, self.lines.result, code, "", late, saved)
+
+    def last_result(self) -> float | None:
+        """The result line a stopped command may have said on its way out (the leader's)."""
+        try:
+            self._read()
+        except BadLine:
+            pass  # its value is then its last metric, as if it had said nothing more
+        return self.lines.result
+
+    def _read(self) -> None:
+        """Read what the child said since the last look; raises at the first bad line. Stdout
+        is always drained; its lines count on the leader when results come on stdout."""
+        counted = self.is_leader and self.results is None
+        while not self.child.stdout.empty():
+            line = self.child.stdout.get()
+            if counted:
+                self.lines.add(line)
+        if self.is_leader and self.results is not None:
+            for line in self.results.new_lines():
+                self.lines.add(line)
+
+
+def _holds_files(directory: Path) -> bool:
     try:
-        _read_rest(child, lines)
-    except BadLine as exc:
-        return _Tick([], None, code, str(exc), False)
-    return _Tick(lines.take_epochs(), lines.result, code, "", late)
+        return any(directory.iterdir())
+    except OSError:
+        return False
 
 
-def _read_rest(child: Child, lines: Lines | None) -> None:
-    """Read (or with None, drop) every queued stdout line; raises at the first bad one."""
-    while not child.stdout.empty():
-        line = child.stdout.get()
-        if lines is not None:
-            lines.add(line)
-
-
-def _last_result(child: Child, lines: Lines, is_leader: bool) -> float | None:
-    """The result line a stopped command may have printed on its way out (the leader's)."""
-    try:
-        _read_rest(child, lines if is_leader else None)
-    except BadLine:
-        pass  # its value is then its last metric, as if it had printed nothing more
-    return lines.result
+def _leaders_word(ctx: Context, value: bool) -> bool:
+    """The leader's ``value`` on every rank (one broadcast on a multi-rank worker)."""
+    return bool(ctx.comm.bcast(value, root=0)) if ctx.size > 1 else value
 
 
 def _ended(code: int | None) -> str:

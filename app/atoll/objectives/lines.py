@@ -1,8 +1,10 @@
-"""Reading the ``ATOLL ...`` lines a command prints (the format: :mod:`atoll.report_line`)."""
+"""Reading the ``ATOLL ...`` lines a command prints or writes to its results file (the format:
+:mod:`atoll.report_line`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from atoll.report_line import PREFIX
 
@@ -54,3 +56,34 @@ def _pairs(line: str) -> dict[str, float]:
         if not sep or not name.isidentifier():
             raise BadLine(f"{line.strip()!r}: {word!r} is not name=<number>")
     return pairs
+
+
+class ResultsFile:
+    """The ``ATOLL`` lines a script appends to its results file (``objective.results = "file"``),
+    read as they arrive: complete lines only, from where the file ended when the evaluation
+    began (a continued evaluation's earlier lines were read by its earlier job)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = _size(path)
+
+    def new_lines(self) -> list[str]:
+        """The complete lines written since the last call (a partial last line waits)."""
+        size = _size(self.path)
+        if size < self._offset:  # rewritten from the start: read it again
+            self._offset = 0
+        if size == self._offset:
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self._offset)
+            data = handle.read(size - self._offset)
+        complete = data[:data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        return complete.decode("utf-8", errors="replace").splitlines()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import logging
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -107,8 +108,10 @@ class CheckpointStore:
             return None
 
     def discard(self, individual_id: int) -> None:
-        """Delete the individual's checkpoint: its evaluation completed (ok, failed, pruned)."""
+        """Delete the individual's checkpoint, and a command's own checkpoint directory: its
+        evaluation completed (ok, failed, pruned)."""
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
+        shutil.rmtree(self.paths.command_checkpoint_dir(individual_id), ignore_errors=True)
 
     def unrecorded(self, recorded: set[int]) -> list[Unrecorded]:
         """Trusted checkpoints of this run whose individuals have no row in the record, in
