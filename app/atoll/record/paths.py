@@ -23,6 +23,7 @@ class RunPaths:
         RUN_DIR/results.h5                        everything in single tables, written at the end
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
         RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
+        RUN_DIR/checkpoints/ind000000000042.promoting  held while a worker promotes it (asha)
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
         RUN_DIR/logs/ind000000000042-rank0.log    a command objective's output, per worker rank
         RUN_DIR/work/ind000000000042/             a command objective's work directory
@@ -83,6 +84,10 @@ class RunPaths:
 
     def checkpoint_file(self, individual_id: int) -> Path:
         return self.checkpoints_dir / f"ind{individual_id:012d}.h5"
+
+    def promotion_claim(self, individual_id: int) -> Path:
+        """The claim of the worker promoting a paused individual (:mod:`atoll.record.promotion`)."""
+        return self.checkpoints_dir / f"ind{individual_id:012d}.promoting"
 
     def checkpoint_files(self) -> dict[int, Path]:
         """Stored checkpoints by individual id."""
