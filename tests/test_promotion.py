@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from atoll.config import MigrationConfig, PruningConfig
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
