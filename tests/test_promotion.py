@@ -7,13 +7,16 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
+import textwrap
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from atoll.config import MigrationConfig, PruningConfig
+from atoll.config import MigrationConfig, PruningConfig, parse_config
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.memory import MemoryPost, MemoryRecorder
 from atoll.engine.paused import paused_on, to_resume
@@ -26,7 +29,7 @@ from atoll.record.checkpoints import CheckpointStore
 from atoll.scheduling import Asha, Verdict
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import Space
-from conftest import atoll_cmd, mpirun_atoll, run
+from conftest import ROOT, atoll_cmd, mpirun_atoll, run
 
 GO, PAUSE = Verdict.CONTINUE, Verdict.PAUSE
 SETTINGS = PruningConfig(rule="asha", eta=2, min_epochs=1)  # rungs after epochs 0, 1, 3, ...
@@ -375,3 +378,11 @@ def test_an_objective_keeping_no_checkpoints_is_stopped_instead_said_once_per_wo
     assert not np.count_nonzero(status == int(Status.PAUSED))
     assert np.count_nonzero(status == int(Status.PRUNED))
     assert done.stderr.count("saved no checkpoint at that epoch") == 2  # two workers
+
+
+def test_the_readme_shows_a_valid_asha_config():
+    (block,) = re.findall(r"^  ```toml\n(.*?)^  ```", (ROOT / "README.md").read_text(),
+                          re.S | re.M)
+    table = tomllib.loads(textwrap.dedent(block))
+    config = parse_config({"objective": {"name": "sphere"}, **table})
+    assert config.pruning.pauses and config.pruning.eta == 3
