@@ -168,5 +168,5 @@ def intermediate_values(run: RunData, out: Path, top: int) -> Plot | str:
     metric = curve_metric(run)
     return save(fig, out / "intermediate.png", "Intermediate values of every individual",
                 f"Every individual's {metric} at each epoch it reported, coloured by how its "
-                "evaluation ended; a curve that did not complete (pruned, failed, interrupted) "
-                "ends with an x where it stopped; the best individual's curve in black.")
+                "evaluation ended; a curve that did not complete (pruned, failed, interrupted, "
+                "paused) ends with an x where it stopped; the best individual's curve in black.")
