@@ -358,15 +358,23 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     first = mpirun_atoll(4, "search", "--config", str(write_config(tmp_path, 8)), "--run-dir",
                          str(run_dir), "-q")
     assert first.returncode == 0, first.stderr[-3000:]
-    waiting = set(open_run(run_dir).individuals["id"][
-        open_run(run_dir).individuals["status"] == int(Status.PAUSED)].tolist())
-    assert waiting
+    ind = open_run(run_dir).individuals
+    waiting = set(ind["id"][ind["status"] == int(Status.PAUSED)].tolist())
+    assert len(waiting) >= 2
+    # As if job 0 had been killed while it promoted the worst paused one: its claim is left.
+    paths = RunPaths(run_dir)
+    cut = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmax(
+        ind["loss"][ind["status"] == int(Status.PAUSED)])])
+    paths.promotion_claim(cut).hardlink_to(paths.checkpoint_file(cut))
     again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=24", "-q")
     assert again.returncode == 0, again.stderr[-3000:]
     rows, promoted = check_parts(tmp_path, run_dir, 2)
     assert promoted & waiting  # paused in job 0, continued in job 1 from their checkpoints
     later = read_history(run_dir, 2)[0]
     assert np.count_nonzero(np.isin(later["status"], FINISHED)) == 24
+    assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
+    assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
+        p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
 
 
 def test_an_objective_keeping_no_checkpoints_is_stopped_instead_said_once_per_worker(tmp_path):
