@@ -272,20 +272,28 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         if pruning is not None:
             pruning.finished(ind)
 
-    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
-                                         len(topo.island_workers), config.evolution)
-    if pruning is not None and pruning.rungs is not None:
-        strategy = PromoteFirst(strategy, pruning.rungs,
-                                lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        strategy=ContinueFirst(strategy, waiting) if waiting else strategy,
+        strategy=_strategy(config, paths, topo, pruning, waiting, paused),
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn],
         curves=pruning)
     return Leader(loop, link, log_file, evaluator)
+
+
+def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
+              pruning: WorkerScheduling | None, waiting: Sequence[Individual],
+              paused: Sequence[Individual]) -> Strategy:
+    """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
+    the island's paused individuals, then the island's breeding."""
+    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
+                                         len(topo.island_workers), config.evolution)
+    if pruning is not None and pruning.rungs is not None:
+        strategy = PromoteFirst(strategy, pruning.rungs,
+                                lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
+    return ContinueFirst(strategy, waiting) if waiting else strategy
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
