@@ -175,8 +175,8 @@ class Context:
         answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns), or once
         ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
-        it returns) or pauses it (``rule = "asha"``: recorded as paused if a checkpoint was
-        saved at this epoch, so call :meth:`save_checkpoint` before this).
+        it returns) or pauses it (``rule = "asha"``: recorded as paused if the objective saves
+        a checkpoint at this epoch, before or after this call, before it returns).
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}

@@ -98,8 +98,8 @@ class WorkerEvaluator:
             log.warning("individual %d: paused at epoch %d by pruning.rule = 'asha', but the "
                         "objective saved no checkpoint at that epoch, so it is stopped (pruned) "
                         "instead, as are such ones later (said once per worker); call "
-                        "ctx.save_checkpoint(state, epoch) before ctx.report(epoch, ...) and "
-                        "continue from ctx.load_checkpoint()", ind.id, epoch)
+                        "ctx.save_checkpoint(state, epoch) at each epoch and continue from "
+                        "ctx.load_checkpoint()", ind.id, epoch)
 
     def _agree_on_failure(self, ind: Individual) -> None:
         """If any rank of the worker failed, the individual failed on every rank.
