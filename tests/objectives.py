@@ -139,6 +139,31 @@ def checkpointed(params: Mapping[str, Any], ctx: Any) -> float:
     return float(len(trained))
 
 
+def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
+    """``options.epochs`` epochs of val_loss = x + drift * id + 1 / (epoch + 1) (a positive
+    ``options.drift`` makes later individuals worse, so paused ones soon qualify for
+    promotion), continued from the checkpoint kept after each epoch (unless
+    ``options.checkpoints`` is false). Every rank
+    appends the epochs it trains to ``options.trace``/ID-rankR.txt and joins an allreduce per
+    epoch, so ranks that stopped at different epochs would hang instead of passing."""
+    from pathlib import Path
+
+    keep = bool(ctx.options.get("checkpoints", True))
+    saved = ctx.load_checkpoint() if keep else None
+    trace = Path(ctx.options["trace"]) / f"{ctx.individual_id}-rank{ctx.rank}.txt"
+    value = float(params["x"]) + float(ctx.options.get("drift", 0.0)) * ctx.individual_id
+    for epoch in range(saved.epoch + 1 if saved is not None else 0,
+                       int(ctx.options.get("epochs", 4))):
+        ctx.comm.allreduce(epoch)
+        with trace.open("a") as f:
+            f.write(f"{epoch}\n")
+        if keep:
+            ctx.save_checkpoint({"epoch": epoch}, epoch)
+        if ctx.report(epoch, val_loss=value + 1.0 / (epoch + 1)):
+            break
+    return value
+
+
 def offers_every_epoch(params: Mapping[str, Any], ctx: Any) -> float:
     """Sphere reached at epoch 2 of a U-shaped curve of six epochs; the weights (a tensor
     holding the epoch's loss) are offered at every epoch, better or worse; returns the best."""

@@ -471,8 +471,8 @@ CASES = [
          toml='[search]\nislands = 2\n[evolution]\nisland_strategies = ["ga", "cmaes", '
               '"ga"]\n'),
     Case("misspelt_pruning_rule", SEARCH,
-         "atoll: error: pruning.rule: expected one of 'none', 'median', 'halving', got 'medain'; "
-         "did you mean 'median'?", toml='[pruning]\nrule = "medain"\n'),
+         "atoll: error: pruning.rule: expected one of 'none', 'median', 'halving', 'asha', got "
+         "'medain'; did you mean 'median'?", toml='[pruning]\nrule = "medain"\n'),
     # ranges
     Case("reversed_float_range", SEARCH,
          "atoll: error: space.x: low=2.0 is above high=1.0; swap the bounds",

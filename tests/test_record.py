@@ -143,7 +143,7 @@ def test_dtypes(space: Space) -> None:
     assert dt["dropout"] == np.float64 and dt["norm"] == np.bool_
     assert h5py.check_string_dtype(dt["act"]) and h5py.check_string_dtype(dt["error"])
     assert h5py.check_enum_dtype(dt["status"]) == {
-        "ok": 0, "failed": 1, "pruned": 2, "interrupted": 3}
+        "ok": 0, "failed": 1, "pruned": 2, "interrupted": 3, "paused": 4}
     assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "ga": 1, "cmaes": 2}
     assert epoch_dtype(["acc"]).names == ("individual", "epoch", "time", "acc")
     assert h5py.check_enum_dtype(migration_dtype()["mode"]) == {"migration": 0, "pollination": 1}
@@ -156,7 +156,7 @@ def test_round_trip_through_worker_files(tmp_path: Path, space: Space) -> None:
     paths = fill_run(tmp_path, space)
     run = open_run(paths.run_dir)
     ind = run.individuals
-    assert list(ind["id"]) == list(range(16))
+    assert list(ind["id"]) == list(range(20))
     for row in ind:
         expected = individual(int(row["id"]), worker=int(row["worker"]),
                               status=Status(int(row["status"])))
@@ -177,7 +177,7 @@ def test_round_trip_through_worker_files(tmp_path: Path, space: Space) -> None:
 
     epochs = run.epochs
     assert epochs.dtype.names == ("individual", "epoch", "time", "loss", "accuracy")
-    assert len(epochs) == 20
+    assert len(epochs) == 24
     late = epochs[epochs["epoch"] == 1]
     assert len(late) == 4 and np.all(late["accuracy"] == 0.9)
     assert np.all(np.isnan(epochs[epochs["epoch"] == 0]["accuracy"]))
@@ -193,8 +193,8 @@ def test_round_trip_through_worker_files(tmp_path: Path, space: Space) -> None:
 
     assert np.array_equal(read_completed(paths.run_dir)["id"], ind["id"])
     text = describe(run, top=3)
-    assert "Evaluations: 16 (ok 4, failed 4, pruned 4, interrupted 4); budget: 12 of 40 " \
-        "completed" in text
+    assert "Evaluations: 20 (ok 4, failed 4, pruned 4, interrupted 4, paused 4); budget: 12 " \
+        "of 40 completed; 4 paused, not counted in it" in text
     assert "Jobs: 2" in text and "Best 3 of 4 ok" in text and "gelü" in text
     failures = text.split("Commonest failures:\n")[1].splitlines()[:4]
     assert [line.startswith("  1 x ValueError: bad ") for line in failures] == [True] * 3 + [False]
@@ -240,7 +240,7 @@ def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space)
         assert ind.maxshape == (None,) and ind.chunks is not None
         assert ind.attrs["unit:born"] == "unix seconds" and "doc:lr" in ind.attrs
         rows = ind[...]
-        assert list(rows["id"]) == list(range(16))
+        assert list(rows["id"]) == list(range(20))
         assert rows["act"][2] == "gelü".encode()
         assert rows["error"][1].startswith(b"Traceback")
         assert f["epochs"].dtype.names[-2:] == ("loss", "accuracy")
@@ -257,7 +257,7 @@ def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space)
                 assert np.array_equal(mine[column], theirs[column], equal_nan=True), column
             else:
                 assert mine[column].tolist() == theirs[column].tolist(), column
-    assert len(read_completed(paths.run_dir)) == 16
+    assert len(read_completed(paths.run_dir)) == 20
 
 
 @pytest.mark.skipif(shutil.which("h5ls") is None, reason="h5ls is not installed")
@@ -275,11 +275,12 @@ def test_pandas_frame(tmp_path: Path, space: Space) -> None:
 
     paths = fill_run(tmp_path, space)
     frame = open_run(paths.run_dir).frame("individuals")
-    assert len(frame) == 16 and set(frame["status"]) == {"ok", "failed", "pruned", "interrupted"}
+    assert len(frame) == 20 and set(frame["status"]) == {"ok", "failed", "pruned", "interrupted",
+                                                         "paused"}
     assert frame["act"][2] == "gelü"
     with h5py.File(consolidate(paths), "r") as f:  # plain pandas reads results.h5 directly
         direct = pandas.DataFrame(f["individuals"][...])
-    assert list(direct["id"]) == list(range(16)) and direct["act"][2] == "gelü".encode()
+    assert list(direct["id"]) == list(range(20)) and direct["act"][2] == "gelü".encode()
 
 
 def test_frame_without_pandas_says_what_to_do(tmp_path: Path, space: Space,

@@ -110,7 +110,8 @@ def test_report_prints_counts_failure_reasons_and_the_best(finished):
     assert 0 < failed < len(ind) == 48
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"Report of {run_dir} (record schema 1")
-    assert lines[1] == f"Evaluations: 48 (ok {ok}, failed {failed}, pruned 0, interrupted 0)"
+    assert lines[1] == f"Evaluations: 48 (ok {ok}, failed {failed}, pruned 0, interrupted 0, " \
+                        "paused 0)"
     assert f"  {failed:6d}  ValueError: report_demo failed on purpose" in lines
     head = lines.index(f"Best 5 of {ok} ok:") + 1
     assert lines[head].split() == ["id", "loss", "val_accuracy", "best", "epoch", "epochs",

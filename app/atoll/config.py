@@ -145,10 +145,12 @@ class EvolutionConfig:
         return self.island_strategies[island] if self.island_strategies else self.strategy
 
 
-PRUNING_RULES = ("none", "median", "halving")
+PRUNING_RULES = ("none", "median", "halving", "asha")
 """``median``: stop an evaluation whose metric at an epoch is worse than the median of what
 completed individuals had there (:mod:`atoll.scheduling.median`); ``halving``: successive
-halving, stop one not among the best ``1/eta`` at a rung (:mod:`atoll.scheduling.halving`)."""
+halving, stop one not among the best ``1/eta`` at a rung (:mod:`atoll.scheduling.halving`);
+``asha``: successive halving's promotion form, pause such an evaluation with its checkpoint
+and continue it once it qualifies (:mod:`atoll.scheduling.asha`)."""
 
 
 @dataclass(frozen=True)
@@ -165,13 +167,20 @@ class PruningConfig:
     min_completed: int = 5
     """Median rule: completed individuals that must have reported an epoch before it is judged."""
     eta: int = 3
-    """Successive halving: the rungs' spacing factor; the best ``1/eta`` at a rung go on."""
+    """Successive halving (both forms): the rungs' spacing factor; the best ``1/eta`` at a rung
+    go on."""
     min_epochs: int = 1
-    """Successive halving: epochs before the first rung (rungs after ``min_epochs * eta**k``)."""
+    """Successive halving (both forms): epochs before the first rung (rungs after
+    ``min_epochs * eta**k``)."""
 
     @property
     def active(self) -> bool:
         return self.rule != "none"
+
+    @property
+    def pauses(self) -> bool:
+        """Whether the rule pauses evaluations for promotion (needs their checkpoints)."""
+        return self.rule == "asha"
 
 
 @dataclass(frozen=True)

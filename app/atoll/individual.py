@@ -16,11 +16,14 @@ class Status(IntEnum):
     FAILED = 1
     PRUNED = 2
     INTERRUPTED = 3
+    PAUSED = 4  # successive halving's promotion form: stopped at a rung with its checkpoint
+    # kept, until its island promotes it (continued under its id) or the run ends
 
 
 FINISHED = (Status.OK, Status.FAILED, Status.PRUNED)
 """Statuses of an evaluation that is over: each spends one evaluation of the run's budget. An
-interrupted one does not; a later job continues it."""
+interrupted one does not (a later job continues it), nor a paused one (until it is promoted and
+finishes)."""
 
 
 class Origin(IntEnum):

@@ -145,24 +145,27 @@ class IslandLoop:
         return geometric(self.rng, self.migration.probability)
 
     def run(self, budget: Budget) -> IslandStats:
-        """Search until the budget is spent, then drain messages with the other leaders."""
-        done = 0
+        """Search until the budget is spent, then drain messages with the other leaders.
+
+        A paused evaluation spends none of it: it spends one when its last part ends."""
+        done = steps = 0
         # The stop check's probe (at most every millisecond) also lets MPI progress the
         # messages that arrived meanwhile, so that the poll right after it sees them complete.
         while not budget.exhausted(done):
-            self.step(done)
-            done += 1
-        self.stats.evaluations = done
+            done += self.step(steps).status != Status.PAUSED
+            steps += 1
+        self.stats.evaluations = steps
         # Write this worker's rows now, while other workers may still be evaluating: at the
         # very end every leader would flush at once, and on a crowded node they queue for it.
         self.recorder.flush()
         self.mailbox.drain(self._receive)
         return self.stats
 
-    def step(self, generation: int) -> None:
+    def step(self, generation: int) -> Individual:
         """One evaluation's cycle: take in what arrived, breed, evaluate, tell the island,
-        maybe send emigrants. Public so that a harness can drive several loops in one process
-        in a schedule of its choosing (benchmarks/sequential_side.py)."""
+        maybe send emigrants; the individual evaluated. Public so that a harness can drive
+        several loops in one process in a schedule of its choosing
+        (benchmarks/sequential_side.py)."""
         self.mailbox.poll(self._receive)
         ind = self._breed(generation)
         self.evaluate(ind)
@@ -182,6 +185,7 @@ class IslandLoop:
             self._emigrate()
             self._until_emigration = self._emigration_gap()
         self.recorder.maybe_flush()
+        return ind
 
     def _breed(self, generation: int) -> Individual:
         """The next individual: a new one takes the next of this worker's ids (every
@@ -201,9 +205,13 @@ class IslandLoop:
 
     def _learn(self, ind: Individual) -> None:
         """The population learns ``ind``; the strategy is told of each result once (an
-        interrupted one again when it is continued)."""
+        interrupted or paused one again when it is continued). A part of an evaluation that
+        arrives after its end (from another worker: messages from different senders are not
+        ordered) is ignored."""
         known = self.population.get(ind.id)
-        if self.population.learn(ind) and (known is None or known.status == Status.INTERRUPTED):
+        if known is not None and known.status in FINISHED and ind.status not in FINISHED:
+            return
+        if self.population.learn(ind) and (known is None or known.status not in FINISHED):
             self.strategy.tell(ind)
             for listen in self.listeners:
                 listen(ind)

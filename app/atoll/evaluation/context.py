@@ -21,6 +21,7 @@ import numpy as np
 from atoll.evaluation.checkpointing import CheckpointCalls
 from atoll.evaluation.meeting import Meeting
 from atoll.evaluation.metric_check import MetricCheck
+from atoll.scheduling.base import Verdict
 
 if TYPE_CHECKING:
     import torch
@@ -49,8 +50,9 @@ class WorkerServices:
     record_epoch: EpochSink | None = None
     offer_weights: WeightSink | None = None
     should_stop: Callable[[], bool] | None = None
-    judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None
-    """(individual id, epoch, metrics) -> whether pruning stops it; the same on every rank."""
+    judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None
+    """(individual id, epoch, metrics) -> whether pruning lets it go on, stops it or pauses it;
+    the same on every rank."""
     checkpoints: CheckpointStore | None = None
     """The run's checkpoints (on every rank: the leader writes, every rank reads)."""
     metric_check: MetricCheck | None = None
@@ -95,6 +97,11 @@ class Context:
         self.pruned_at: int | None = None
         """The epoch at which :meth:`report` told the objective to stop because pruning said
         its curve will not make it."""
+        self.paused_at: int | None = None
+        """The epoch at which :meth:`report` told the objective to stop because pruning
+        paused it (``rule = "asha"``): its island may continue it from its checkpoint."""
+        self.saved_at: int | None = None
+        """The epoch of the last checkpoint :meth:`save_checkpoint` saved."""
 
     @property
     def comm(self) -> MPI.Comm:
@@ -168,23 +175,31 @@ class Context:
         answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns), or once
         ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
-        it returns).
+        it returns) or pauses it (``rule = "asha"``: recorded as paused if the objective saves
+        a checkpoint at this epoch, before or after this call, before it returns).
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}
         with services.together(f"ctx.report(epoch={int(epoch)})"):
             if services.should_stop is not None and services.should_stop():
                 self.interrupted = True
-            if not self.interrupted and self.pruned_at is None \
-                    and services.judge_epoch is not None \
-                    and services.judge_epoch(self.individual_id, int(epoch), values):
-                self.pruned_at = int(epoch)
+            if not self.interrupted and not self.judged and services.judge_epoch is not None:
+                verdict = services.judge_epoch(self.individual_id, int(epoch), values)
+                if verdict == Verdict.STOP:
+                    self.pruned_at = int(epoch)
+                elif verdict == Verdict.PAUSE:
+                    self.paused_at = int(epoch)
         # Recorded after the collective part: a failure to write fails no partner midway.
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
-        return self.interrupted or self.pruned_at is not None
+        return self.interrupted or self.judged
+
+    @property
+    def judged(self) -> bool:
+        """Whether pruning stopped or paused this evaluation."""
+        return self.pruned_at is not None or self.paused_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
         """Offer this evaluation's weights (plain tensors, no ``module.`` prefix), as often as
@@ -210,7 +225,10 @@ class Context:
         False when not saved: no checkpoint store in this job, ``record.checkpoint_limit_mb``
         reached, or a full disk (the job then stops; the previous checkpoint is kept).
         """
-        return self._checkpoints.save(state, epoch)
+        saved = self._checkpoints.save(state, epoch)
+        if saved:
+            self.saved_at = int(epoch)
+        return saved
 
     def load_checkpoint(self, map_location: Any = None) -> Checkpoint | None:
         """This individual's last checkpoint (``.state``, ``.epoch``), or None: train from

@@ -9,6 +9,7 @@ which settles any collective ``ctx`` call some of them still made.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
     from atoll.config import Config
     from atoll.record.checkpoints import CheckpointStore
+    from atoll.scheduling.base import Verdict
+
+log = logging.getLogger(__name__)
 
 INTERRUPTED = "stopped early: the job was asked to stop"
 
@@ -39,12 +43,13 @@ class WorkerEvaluator:
         self.services = services
         self.eval_timeout = eval_timeout
         self.maximize = maximize  # the loss is then the negated value: the engine only minimizes
+        self._said_no_checkpoint = False
 
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
                 should_stop: Callable[[], bool] | None = None,
-                judge_epoch: Callable[[int, int, Mapping[str, float]], bool] | None = None,
+                judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None,
                 checkpoints: CheckpointStore | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
@@ -76,8 +81,25 @@ class WorkerEvaluator:
             ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
         elif ctx.pruned_at is not None and ind.status == Status.OK:
             ind.status, ind.error = Status.PRUNED, f"pruned at epoch {ctx.pruned_at}"
+        elif ctx.paused_at is not None and ind.status == Status.OK:
+            self._pause(ind, ctx.paused_at, ctx.saved_at, ctx.is_leader)
         if self.services.metric_check is not None and ctx.is_leader:
             self.services.metric_check.evaluation_ended(ind.id, ind.status == Status.OK)
+
+    def _pause(self, ind: Individual, epoch: int, saved: int | None, leader: bool) -> None:
+        """Paused with its checkpoint at ``epoch``; without one there, stopped (pruned), said
+        once per worker: continuing it would train some epochs twice or from scratch."""
+        if saved == epoch:
+            ind.status, ind.error = Status.PAUSED, f"paused at epoch {epoch}"
+            return
+        ind.status, ind.error = Status.PRUNED, f"pruned at epoch {epoch}"
+        if leader and not self._said_no_checkpoint:
+            self._said_no_checkpoint = True
+            log.warning("individual %d: paused at epoch %d by pruning.rule = 'asha', but the "
+                        "objective saved no checkpoint at that epoch, so it is stopped (pruned) "
+                        "instead, as are such ones later (said once per worker); call "
+                        "ctx.save_checkpoint(state, epoch) at each epoch and continue from "
+                        "ctx.load_checkpoint()", ind.id, epoch)
 
     def _agree_on_failure(self, ind: Individual) -> None:
         """If any rank of the worker failed, the individual failed on every rank.

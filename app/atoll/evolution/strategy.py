@@ -15,11 +15,11 @@ again from its checkpoint, under its own id.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from atoll.individual import Individual
+from atoll.individual import Individual, Status
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,58 @@ class ContinueFirst:
         return self.strategy.ask(ranked, rng, ident)
 
     def tell(self, result: Individual) -> None:
+        self.strategy.tell(result)
+
+
+class Rungs(Protocol):
+    """Which paused individuals qualify for promotion now
+    (:class:`atoll.scheduling.asha.Asha`)."""
+
+    def promotable(self, paused: Iterable[int]) -> list[tuple[int, int]]:
+        """(id, epoch of its rung) of those that qualify, the first to promote first."""
+        ...
+
+
+Claim = Callable[[int, int], str]
+"""(id, epoch) -> "won" (this worker continues it), "taken" or "gone" (forget it: another
+worker continues it, or it finished), "stale" (not from that epoch: ask again later); see
+:func:`atoll.record.promotion.claim`."""
+
+
+class PromoteFirst:
+    """ASHA's promotions: continue the best paused individual of the island that qualifies
+    now, and breed with ``strategy`` only when none does.
+
+    Paused individuals are learned from ``tell`` (the island's results: this worker's and its
+    partners'), so each worker of the island knows them all; ``claim`` makes sure only one of
+    them continues each. A paused result is not told to ``strategy``: it is no result yet,
+    and never a parent (the population ranks only completed ones).
+    """
+
+    def __init__(self, strategy: Strategy, rungs: Rungs, claim: Claim,
+                 paused: Sequence[Individual] = ()) -> None:
+        self.strategy = strategy
+        self.rungs = rungs
+        self.claim = claim
+        self.paused = {ind.id: ind for ind in paused}
+
+    def __repr__(self) -> str:
+        return f"PromoteFirst({self.strategy!r}, paused={len(self.paused)})"
+
+    def ask(self, ranked: Sequence[Individual], rng: random.Random, ident: int) -> Proposal:
+        for paused, epoch in self.rungs.promotable(self.paused):
+            outcome = self.claim(paused, epoch)
+            if outcome == "won":
+                return Continue(self.paused.pop(paused))
+            if outcome != "stale":
+                del self.paused[paused]
+        return self.strategy.ask(ranked, rng, ident)
+
+    def tell(self, result: Individual) -> None:
+        if result.status == Status.PAUSED:
+            self.paused[result.id] = result
+            return
+        self.paused.pop(result.id, None)
         self.strategy.tell(result)
 
 

@@ -116,11 +116,19 @@ def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: i
                    run_id=info.run_id)
 
 
+PAUSING_IDS = 1000
+"""New ids per evaluation of the budget when evaluations pause (``pruning.rule = "asha"``):
+a paused one spends no budget, so a worker breeds more new individuals than its share: for
+each one that completes, up to about ``eta`` to the power of the rungs before its last epoch."""
+
+
 def id_block(plan: JobPlan) -> list[int]:
     """The ids a job may give new individuals, [first, end): each worker at most its share of
-    the budget left. Recorded with the job, so that no later job gives one of them again, even
-    while this job still runs (its claim taken over after a hang, it may write more rows)."""
+    the budget left (``PAUSING_IDS`` times that when evaluations pause). Recorded with the
+    job, so that no later job gives one of them again, even while this job still runs (its
+    claim taken over after a hang, it may write more rows)."""
     most = share(max(plan.budget - plan.done, 0), plan.layout.workers)[0]
+    most *= PAUSING_IDS if plan.config.pruning.pauses else 1
     return [plan.next_id, plan.next_id + most * plan.layout.workers]
 
 

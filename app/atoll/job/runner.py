@@ -19,6 +19,7 @@ from atoll.collective import on_all, on_root
 from atoll.config import Config, config_to_dict
 from atoll.engine.giving_up import GAVE_UP, FailureWatch, commonest_error
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
+from atoll.engine.paused import paused_on, to_resume
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population, to_continue
@@ -33,7 +34,7 @@ from atoll.errors import RecordError, suggested
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
-from atoll.evolution.strategy import ContinueFirst, Strategy
+from atoll.evolution.strategy import ContinueFirst, PromoteFirst, Strategy
 from atoll.exit_codes import EXIT_DISK_FULL, EXIT_GAVE_UP, EXIT_STOPPED
 from atoll.individual import FINISHED, Individual, Status
 from atoll.job.plan import (
@@ -47,7 +48,7 @@ from atoll.job.plan import (
 from atoll.job.preflight import preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
-from atoll.record import full
+from atoll.record import full, promotion
 from atoll.record.checkpoints import CheckpointStore
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
@@ -239,9 +240,9 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     # Every rank reads a checkpoint; the leader alone writes and discards them.
     checkpoints = CheckpointStore(paths, plan.run_id, config.record.checkpoint_limit_mb)
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
-    population, waiting, succeeded = on_all(
+    population, waiting, paused, succeeded = on_all(
         topo.world, lambda: _restored(plan, paths, topo, checkpoints) if topo.is_leader
-        else (None, [], False))
+        else (None, [], [], False))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
     log_file = on_all(topo.world, lambda: record.WorkerLog(
         paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
@@ -264,16 +265,16 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
-        if ind.status in FINISHED:  # an interrupted one keeps its checkpoint for the next job
+        if ind.status in FINISHED:  # an interrupted or paused one keeps its checkpoint
             checkpoints.discard(ind.id)
+        if config.pruning.pauses:
+            promotion.release(paths, ind.id)
         if pruning is not None:
             pruning.finished(ind)
 
-    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
-                                         len(topo.island_workers), config.evolution)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        strategy=ContinueFirst(strategy, waiting) if waiting else strategy,
+        strategy=_strategy(config, paths, topo, pruning, waiting, paused),
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
@@ -282,23 +283,39 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     return Leader(loop, link, log_file, evaluator)
 
 
+def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
+              pruning: WorkerScheduling | None, waiting: Sequence[Individual],
+              paused: Sequence[Individual]) -> Strategy:
+    """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
+    the island's paused individuals, then the island's breeding."""
+    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
+                                         len(topo.island_workers), config.evolution)
+    if pruning is not None and pruning.rungs is not None:
+        strategy = PromoteFirst(strategy, pruning.rungs,
+                                lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
+    return ContinueFirst(strategy, waiting) if waiting else strategy
+
+
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
-              checkpoints: CheckpointStore) -> tuple[Population | None, list[Individual], bool]:
-    """The island's population, the interrupted evaluations this worker continues, and
-    whether any evaluation of the run succeeded."""
+              checkpoints: CheckpointStore
+              ) -> tuple[Population | None, list[Individual], list[Individual], bool]:
+    """The island's population, the interrupted evaluations this worker continues, the
+    island's paused individuals, and whether any evaluation of the run succeeded."""
     if not plan.resumed:
-        return None, [], False
+        return None, [], [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(set(individuals["id"].tolist()))}
-    waiting = to_continue(individuals, plan.config.space, topo.layout.workers, topo.worker,
-                          unrecorded)
+    cut = promotion.held(paths)
+    waiting = to_continue(to_resume(individuals, cut), plan.config.space, topo.layout.workers,
+                          topo.worker, unrecorded)
     if waiting:
         log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
                  ", ".join(str(i.id) for i in waiting))
+    paused = paused_on(individuals, plan.config.space, topo.layout, topo.island, cut)
     succeeded = bool((individuals["status"] == int(Status.OK)).any())
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
-                              topo.island), waiting, succeeded
+                              topo.island), waiting, paused, succeeded
 
 
 def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,

@@ -24,6 +24,7 @@ class RunPaths:
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
         RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
         RUN_DIR/checkpoints/ind000000000042/      a command objective's own checkpoint files
+        RUN_DIR/checkpoints/ind000000000042.promoting  held while a worker promotes it (asha)
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
         RUN_DIR/logs/ind000000000042-rank0.log    a command objective's output, per worker rank
         RUN_DIR/work/ind000000000042/             a command objective's work directory
@@ -94,6 +95,10 @@ class RunPaths:
         """Where a command objective's script keeps its own checkpoint (its format, never read
         by Atoll) while the individual may be continued."""
         return self.checkpoints_dir / f"ind{individual_id:012d}"
+
+    def promotion_claim(self, individual_id: int) -> Path:
+        """The claim of the worker promoting a paused individual (:mod:`atoll.record.promotion`)."""
+        return self.checkpoints_dir / f"ind{individual_id:012d}.promoting"
 
     def checkpoint_files(self) -> dict[int, Path]:
         """Stored checkpoints by individual id."""

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from atoll.errors import AtollError, RecordError, suggested
-from atoll.individual import Status
+from atoll.individual import FINISHED, Status
 from atoll.record._h5 import (
     RESULTS_KIND,
     RUN_KIND,
@@ -112,7 +112,7 @@ def open_run(run_dir: str | Path) -> RunData:
     if damage:
         meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
     return RunData(
-        individuals=_latest(_concat([p[0] for p in parts], individual_dtype(space)), "id"),
+        individuals=last_parts(_concat([p[0] for p in parts], individual_dtype(space))),
         epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
                        "epoch"),
         migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
@@ -132,7 +132,7 @@ def read_completed(run_dir: str | Path) -> np.ndarray:
         with open_h5(path, hint=_hint(path), kind=WORKER_KIND) as f:
             tables.append(committed(f["individuals"]))
     _check_unique_ids(workers, tables)
-    return _latest(_concat(tables, individual_dtype(space)), "id")
+    return last_parts(_concat(tables, individual_dtype(space)))
 
 
 def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.ndarray]:
@@ -156,8 +156,9 @@ def read_history(run_dir: str | Path, before_job: int) -> tuple[np.ndarray, np.n
 def _check_unique_ids(files: list[Path], tables: list[np.ndarray]) -> None:
     """An id finished in two worker files, or interrupted after it finished: one of them is
     damaged, or a copy of the other's rows. (An evaluation continued by later jobs has an
-    interrupted row in each earlier job's file, then its last part.)"""
-    finished = [t["id"][t["status"] != int(Status.INTERRUPTED)] for t in tables]
+    interrupted row in each earlier job's file, then its last part; a paused one promoted
+    later has a paused row per rung it waited at, in any worker's file of the same job.)"""
+    finished = [t["id"][np.isin(t["status"], FINISHED)] for t in tables]
     twice = repeated(np.concatenate(finished)) if finished else None
     if twice is None:
         done: set[int] = set()
@@ -313,6 +314,16 @@ def _latest(table: np.ndarray, *keys: str) -> np.ndarray:
     for key in keys:
         same &= table[key][1:] == table[key][:-1]
     return table[np.append(~same, True)]
+
+
+def last_parts(individuals: np.ndarray) -> np.ndarray:
+    """Sorted by id, one row per individual: its finished part if it has one, else the part
+    started last. A paused individual promoted in the same job may have its parts in several
+    worker files, whose order says nothing of theirs."""
+    if len(individuals) < 2:
+        return individuals
+    finished = np.isin(individuals["status"], FINISHED)
+    return _latest(individuals[np.lexsort((individuals["started"], finished))], "id")
 
 
 def _by(table: np.ndarray, *keys: str) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 
 from atoll.config import MIGRATION_MODES
 from atoll.errors import ConfigError, RecordError
-from atoll.individual import Origin, Status
+from atoll.individual import FINISHED, Origin, Status
 from atoll.space import CategoricalParam, FloatParam, IntParam, Param, Space
 
 SCHEMA_VERSION = 1
@@ -287,8 +287,9 @@ def seal(ds: h5py.Dataset) -> None:
 
 def committed(ds: h5py.Dataset) -> np.ndarray:
     """The committed rows of a table, checked: their checksum, an enum column holding only its
-    names' values, and individual ids unique (every reader, resume too, refuses damage said
-    in one line instead of crashing on it later or carrying it into the next job)."""
+    names' values, and individual ids finished once (every reader, resume too, refuses damage
+    said in one line instead of crashing on it later or carrying it into the next job; a
+    paused individual promoted on the same worker has a row per part)."""
     where = f"{ds.file.filename}: table {ds.name.lstrip('/')!r}"
     stored = ds.attrs.get(CHECKSUM_ATTR)  # before rows: a live writer raises rows first
     rows = ds[: committed_rows(ds)]
@@ -302,7 +303,7 @@ def committed(ds: h5py.Dataset) -> np.ndarray:
                 raise RecordError(f"{where} row {bad[0]}: {name} is {rows[name][bad[0]]}, not one "
                                   f"of {', '.join(enum)}: the file is damaged; {DAMAGED_HINT}")
     if ds.name.lstrip("/") == "individuals":
-        twice = repeated(rows["id"])
+        twice = repeated(rows["id"][np.isin(rows["status"], FINISHED)])
         if twice is not None:
             raise RecordError(f"{where}: individual id {twice} is recorded twice: the file is "
                               f"damaged; {DAMAGED_HINT}")

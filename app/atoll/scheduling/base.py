@@ -6,8 +6,9 @@ Its wiring into a job (restoring it from the record, hearing the island's comple
 agreeing on a verdict across a worker's ranks) is :mod:`atoll.scheduling.worker`'s, so a new
 rule is one small class here and a name in ``pruning.rule``.
 
-Verdicts are continue or stop; pausing (successive halving's promotion form) joins them with
-checkpoints of paused individuals.
+Verdicts are continue, stop, or pause (successive halving's promotion form,
+:mod:`atoll.scheduling.asha`): the evaluation ends now with its checkpoint kept, and its island
+may continue it later.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Protocol
 class Verdict(IntEnum):
     CONTINUE = 0
     STOP = 1  # recorded as pruned, with the value of its last reported epoch
+    PAUSE = 2  # recorded as paused (its checkpoint kept), or as pruned if it kept none
 
 
 Curve = Iterable[tuple[int, float]]

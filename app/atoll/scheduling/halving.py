@@ -54,11 +54,15 @@ class SuccessiveHalving:
         if value != value or not is_rung(epoch, self.min_epochs, self.eta):
             return Verdict.CONTINUE
         key = self._record(epoch, value)
+        return Verdict.CONTINUE if self.kept(epoch, key) else Verdict.STOP
+
+    def kept(self, epoch: int, key: float) -> bool:
+        """Whether ``key`` (a value, negated when maximizing) is among the best ``1/eta`` of
+        those recorded at the rung after ``epoch`` (all are while fewer than ``eta`` are)."""
         known = self._at_rung[epoch]
         if len(known) < self.eta:
-            return Verdict.CONTINUE
-        kept = known[max(len(known) // self.eta, 1) - 1]  # the worst value still kept
-        return Verdict.CONTINUE if key <= kept else Verdict.STOP
+            return True
+        return key <= known[max(len(known) // self.eta, 1) - 1]  # the worst value still kept
 
     def on_complete(self, individual: int, completed: bool) -> None:
         """Its values were recorded as they were reported."""

@@ -4,7 +4,7 @@ It restores the scheduler from the record on resume (the completed curves its is
 shares this worker's completed curves with the island's other workers and hears theirs (they
 travel with the results, through the island loop's mailbox: no worker reads another's files),
 and gives every rank of the worker the leader's verdict on each reported epoch, so that all
-ranks stop at the same epoch boundary.
+ranks stop (or pause) at the same epoch boundary.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from atoll import record
 from atoll.collective import on_all
 from atoll.individual import Individual, Status
+from atoll.scheduling.asha import Asha
 from atoll.scheduling.base import Scheduler, Verdict
 from atoll.scheduling.halving import SuccessiveHalving
 from atoll.scheduling.median import MedianRule
@@ -33,7 +34,13 @@ if TYPE_CHECKING:
 
 def make_scheduler(settings: PruningConfig) -> Scheduler:
     """The scheduler ``pruning.rule`` names (an active rule)."""
+    if settings.rule == "asha":
+        return Asha(settings)
     return SuccessiveHalving(settings) if settings.rule == "halving" else MedianRule(settings)
+
+
+SHARED = (Status.OK, Status.PAUSED, Status.PRUNED)
+"""The curves an island shares under ``asha``: every value reported at a rung counts."""
 
 
 class WorkerScheduling:
@@ -53,16 +60,23 @@ class WorkerScheduling:
                            if topo.is_leader else None)
         return cls(scheduler, plan.config.pruning.metric, topo.worker_comm)
 
-    def judge(self, individual: int, epoch: int, metrics: Mapping[str, float]) -> bool:
-        """Whether to stop now. Collective over the worker: the leader's scheduler decides and
-        tells the others."""
-        verdict = False
+    @property
+    def rungs(self) -> Asha | None:
+        """The leader's rungs when evaluations pause for promotion (``asha``), else None."""
+        return self.scheduler if isinstance(self.scheduler, Asha) else None
+
+    def judge(self, individual: int, epoch: int, metrics: Mapping[str, float]) -> Verdict:
+        """Whether to go on, stop or pause now. Collective over the worker: the leader's
+        scheduler decides and tells the others, so every rank acts at this epoch."""
+        verdict = Verdict.CONTINUE
         if self.scheduler is not None:
             value = metrics.get(self.metric, math.nan)
             if value == value:
                 self._curves[individual].append((epoch, value))
-            verdict = self.scheduler.on_report(individual, epoch, value) == Verdict.STOP
-        return bool(self.comm.bcast(verdict, root=0)) if self.comm.Get_size() > 1 else verdict
+            verdict = self.scheduler.on_report(individual, epoch, value)
+        if self.comm.Get_size() > 1:
+            verdict = Verdict(self.comm.bcast(int(verdict), root=0))
+        return verdict
 
     def finished(self, ind: Individual) -> None:
         """Leader, after each evaluation: the scheduler hears how it ended."""
@@ -71,13 +85,18 @@ class WorkerScheduling:
 
     def shared(self, ind: Individual) -> list[tuple[int, float]]:
         """The curve of this worker's evaluation for the island's other workers: a completed
-        one (the references of every rule); empty otherwise."""
+        one (the references of every rule), and under ``asha`` a paused or pruned one too (its
+        rung values); empty otherwise. A promoted evaluation's curve holds only the epochs
+        this part trained."""
         curve = self._curves.pop(ind.id, [])
-        return curve if ind.status == Status.OK else []
+        return curve if ind.status in (SHARED if self.rungs else (Status.OK,)) else []
 
     def hear(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
-        """Part of a completed curve from another worker of the island."""
-        if self.scheduler is not None:
+        """Part of a curve from another worker of the island."""
+        rungs = self.rungs
+        if rungs is not None:
+            rungs.learn_of(ind_id, curve)
+        elif self.scheduler is not None:
             self.scheduler.learn(curve)
 
 
@@ -90,12 +109,17 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Schedule
     run = record.open_run(paths.run_dir)
     ind, epochs = run.individuals, run.epochs
     island = topo.layout.island_of_worker(topo.worker)
-    done = ind["id"][(ind["status"] == int(Status.OK))
+    statuses = [int(s) for s in (SHARED if isinstance(scheduler, Asha) else (Status.OK,))]
+    done = ind["id"][np.isin(ind["status"], statuses)
                      & (ind["island"] % topo.layout.islands == island)]
     if settings.metric not in (epochs.dtype.names or ()):
         return scheduler
     rows = epochs[np.isin(epochs["individual"], done)]
-    for ident in np.unique(rows["individual"]):
+    for ident in np.unique(rows["individual"]).tolist():
         mine = rows[rows["individual"] == ident]
-        scheduler.learn(zip(mine["epoch"].tolist(), mine[settings.metric].tolist(), strict=True))
+        curve = zip(mine["epoch"].tolist(), mine[settings.metric].tolist(), strict=True)
+        if isinstance(scheduler, Asha):
+            scheduler.learn_of(ident, curve)
+        else:
+            scheduler.learn(curve)
     return scheduler

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.individual import FINISHED
+from atoll.individual import FINISHED, Status
 from atoll.record import plain
 from atoll.record.reader import RunData
 from atoll.record.schema import EPOCH_COLUMNS, MODE_NAMES
@@ -83,6 +83,8 @@ def _counts(run: RunData) -> list[str]:
     budget = int(run.metadata.get("budget") or 0)
     done = int(np.isin(status, FINISHED).sum())
     spent = f"; budget: {done} of {budget} completed" if budget else ""
+    paused = int(np.count_nonzero(status == int(Status.PAUSED)))
+    spent += f"; {paused} paused, not counted in it" if paused else ""
     return [f"Evaluations: {len(status)} ({counts}){spent}",
             f"Epochs: {len(run.epochs)}; migrations: {moved}; pollinations: {pollinated}"]
 

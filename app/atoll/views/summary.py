@@ -72,7 +72,8 @@ def _about(run: RunData) -> str:
 
 
 def notes(run: RunData) -> list[str]:
-    """What a reader should know before the numbers: unclosed worker files, damage."""
+    """What a reader should know before the numbers: unclosed worker files, paused
+    individuals, damage."""
     meta = run.metadata
     notes = []
     unclosed = meta.get("unclosed_worker_files") or []
@@ -80,6 +81,12 @@ def notes(run: RunData) -> list[str]:
         notes.append(f"{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
                      "closed: a job is running or was killed (rows up to its last flush are "
                      "shown)")
+    paused = int(np.count_nonzero(run.individuals["status"] == int(Status.PAUSED)))
+    if paused:
+        notes.append(f"{paused} individual{'s are' if paused > 1 else ' is'} paused at a rung "
+                     "(pruning.rule = 'asha'), waiting for promotion: not counted in the "
+                     "budget, which they spend once promoted and finished; they stay paused "
+                     "when the budget is spent")
     if "warning" in meta:
         notes.append(f"Warning: {meta['warning']}")
     return notes

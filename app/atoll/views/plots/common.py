@@ -24,7 +24,7 @@ DPI = 100
 LOSS_LABEL = "loss (objective units, lower is better)"
 VALUE_LABEL = "value (objective units, higher is better)"
 STATUS_COLOURS = {Status.OK: "#4c72b0", Status.FAILED: "#d62728", Status.PRUNED: "#ff7f0e",
-                  Status.INTERRUPTED: "#8c8c8c"}
+                  Status.INTERRUPTED: "#8c8c8c", Status.PAUSED: "#9467bd"}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from atoll.record.reader import RunData
 from atoll.views.facts import LOSS_METRIC, metric_names, ranked
 from atoll.views.plots.common import STATUS_COLOURS, Plot, figure, log_axis, save, spans_decades
 
-DRAW_ORDER = (Status.INTERRUPTED, Status.FAILED, Status.PRUNED, Status.OK)
+DRAW_ORDER = (Status.INTERRUPTED, Status.PAUSED, Status.FAILED, Status.PRUNED, Status.OK)
 """Statuses from the bottom layer to the top: completed curves over the ones they judged."""
 PRUNED_AT = re.compile(r"pruned at epoch (-?\d+)")
 """The error text the evaluator records for a pruned individual."""
@@ -94,7 +94,8 @@ def _pruned_at(error: str | bytes) -> int | None:
 def status_label(status: Status, count: int) -> str:
     text = {Status.OK: "ok", Status.PRUNED: "pruned (x: where it was stopped)",
             Status.FAILED: "failed (x: last epoch before the error)",
-            Status.INTERRUPTED: "interrupted (job stopped)"}[status]
+            Status.INTERRUPTED: "interrupted (job stopped)",
+            Status.PAUSED: "paused (x: the rung it waits at)"}[status]
     return f"{text}: {count}"
 
 
@@ -167,5 +168,5 @@ def intermediate_values(run: RunData, out: Path, top: int) -> Plot | str:
     metric = curve_metric(run)
     return save(fig, out / "intermediate.png", "Intermediate values of every individual",
                 f"Every individual's {metric} at each epoch it reported, coloured by how its "
-                "evaluation ended; a curve that did not complete (pruned, failed, interrupted) "
-                "ends with an x where it stopped; the best individual's curve in black.")
+                "evaluation ended; a curve that did not complete (pruned, failed, interrupted, "
+                "paused) ends with an x where it stopped; the best individual's curve in black.")

@@ -155,9 +155,9 @@ def epoch_curves(run: RunData, out: Path, top: int) -> Plot | str:
     return save(fig, out / "epochs.png", "Per-epoch validation curves of the best",
                  "The validation metrics at each epoch of the best individuals that reported "
                  "epochs; the open circle marks each one's best epoch. Thin grey lines are the "
-                 "evaluations that did not complete (pruned, failed, interrupted), each ending "
-                 "with an x where it stopped; the axes span the best's values, so worse curves "
-                 "leave them (intermediate.png shows all of every curve).")
+                 "evaluations that did not complete (pruned, failed, interrupted, paused), each "
+                 "ending with an x where it stopped; the axes span the best's values, so worse "
+                 "curves leave them (intermediate.png shows all of every curve).")
 
 
 def _zoom(ax: Any, shown: np.ndarray) -> None:

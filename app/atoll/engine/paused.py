@@ -1,0 +1,45 @@
+"""Paused individuals on resume (``pruning.rule = "asha"``): which ones wait for promotion on
+an island, and which ones a killed job was promoting.
+
+An individual's evaluation may be recorded in several parts, in several worker files of one
+job or of several: paused at a rung, promoted and paused again at the next, then finished (or
+interrupted by the end of a job). Its last part (:func:`atoll.record.reader.last_parts`) tells
+what it is now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+import numpy as np
+
+from atoll.engine.topology import Layout
+from atoll.individual import Individual, Origin, Status
+from atoll.record.reader import last_parts
+from atoll.space import Space
+
+
+def to_resume(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
+    """The last parts of the evaluations a resume continues as interrupted ones: the
+    interrupted, and the paused ones in ``cut`` (claimed for promotion by a job that was
+    killed: their checkpoints may hold epochs past their rung, which no row records)."""
+    rows = last_parts(individuals).copy()
+    cut_rows = (rows["status"] == int(Status.PAUSED)) & np.isin(rows["id"], list(cut))
+    rows["status"][cut_rows] = int(Status.INTERRUPTED)
+    return rows[rows["status"] == int(Status.INTERRUPTED)]
+
+
+def paused_on(individuals: np.ndarray, space: Space, layout: Layout, island: int,
+              cut: Set[int]) -> list[Individual]:
+    """The individuals paused on ``island`` of the new layout (old island ``i`` becomes
+    ``i % islands``; paused ones never migrate), except the ``cut`` ones, in order of id."""
+    rows = last_parts(individuals)
+    rows = rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))
+                & (rows["island"] % layout.islands == island)]
+    return [Individual(
+        id=int(row["id"]), params={name: row[name].item() for name in space.names},
+        island=island, worker=int(row["worker"]), parents=(int(row["parent_a"]),
+                                                           int(row["parent_b"])),
+        origin=Origin(int(row["origin"])), loss=float(row["loss"]), status=Status.PAUSED,
+        born=float(row["born"]), started=float(row["started"]),
+        finished=float(row["finished"])) for row in rows]

@@ -1,0 +1,396 @@
+"""ASHA's promotion form (``pruning.rule = "asha"``): the rungs alone, the claims on real
+checkpoint files, island loops over the in-memory mailbox, then real mpirun searches with
+2-rank workers and a resume."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+import textwrap
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from atoll.config import MigrationConfig, PruningConfig, parse_config
+from atoll.engine.island import Budget, IslandLoop, breeding_rng
+from atoll.engine.memory import MemoryPost, MemoryRecorder
+from atoll.engine.paused import paused_on, to_resume
+from atoll.engine.topology import Layout
+from atoll.evolution import Continue, ga_strategy
+from atoll.evolution.strategy import PromoteFirst
+from atoll.individual import FINISHED, Individual, Status
+from atoll.record import RunPaths, open_run, promotion, read_history
+from atoll.record.checkpoints import CheckpointStore
+from atoll.scheduling import Asha, Verdict
+from atoll.scheduling.worker import WorkerScheduling
+from atoll.space import Space
+from conftest import ROOT, atoll_cmd, mpirun_atoll, run
+
+GO, PAUSE = Verdict.CONTINUE, Verdict.PAUSE
+SETTINGS = PruningConfig(rule="asha", eta=2, min_epochs=1)  # rungs after epochs 0, 1, 3, ...
+
+
+# -- the rungs ---------------------------------------------------------------------------------
+
+
+def test_asha_pauses_outside_the_best_1_over_eta_and_never_stops():
+    rungs = Asha(PruningConfig(rule="asha", eta=3, min_epochs=1))
+    assert [rungs.on_report(i, 0, v) for i, v in enumerate((0.5, 0.4))] == [GO, GO]  # < eta
+    assert rungs.on_report(2, 0, 0.6) == PAUSE  # 3 known: only the best one goes on
+    assert rungs.on_report(3, 0, 0.1) == GO
+    assert rungs.on_report(4, 1, 9.0) == GO  # epoch 1 is no rung (rungs after 1, 3, 9 epochs)
+    assert rungs.on_report(5, 0, math.nan) == GO  # a metric not reported is never judged
+    assert Verdict.STOP not in {rungs.on_report(10 + i, 0, 5.0 + i) for i in range(20)}
+
+
+def test_a_paused_individual_qualifies_once_enough_worse_values_reach_its_rung():
+    rungs = Asha(SETTINGS)
+    for ident, value in enumerate((0.1, 0.2)):
+        rungs.on_report(ident, 0, value)
+    assert rungs.on_report(2, 0, 0.3) == PAUSE  # best half of 3 is 1 value
+    assert rungs.promotable([2]) == []
+    rungs.learn_of(3, [(0, 0.9)])  # a partner's curve: 4 known, the best 2 qualify
+    assert rungs.promotable([2]) == []
+    rungs.learn_of(4, [(0, 0.8)])
+    rungs.learn_of(5, [(0, 0.7)])  # 6 known: the best 3 (0.1, 0.2, 0.3)
+    assert rungs.promotable([2]) == [(2, 0)]
+
+
+def test_promotions_come_from_the_highest_rung_first_then_the_best():
+    rungs = Asha(SETTINGS)
+    for ident, value in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6)):
+        rungs.learn_of(ident, [(0, value)])
+    for ident, value in ((6, 0.15), (7, 0.25)):
+        rungs.learn_of(ident, [(0, value), (1, value)])  # 6 and 7 reached rung 1
+    rungs.learn_of(8, [(1, 0.05)])
+    # rung 0 keeps the best 4 of 8 (<= 0.25); rung 1 the best 1 of 3 (0.05)
+    assert rungs.promotable([1, 2, 6, 7, 8]) == [(8, 1), (1, 0)]
+    assert rungs.promotable([7]) == []  # its last rung is 1, where it is not among the best
+
+
+def test_a_part_of_a_curve_arriving_late_does_not_move_an_individual_down_a_rung():
+    rungs = Asha(SETTINGS)
+    rungs.learn_of(1, [(1, 0.2)])
+    rungs.learn_of(1, [(0, 0.3)])  # an earlier part, from another partner
+    for ident in (2, 3):
+        rungs.learn_of(ident, [(1, 0.9)])
+    assert rungs.promotable([1]) == [(1, 1)]
+
+
+def test_maximize_keeps_the_highest_values():
+    rungs = Asha(PruningConfig(rule="asha", eta=2, direction="maximize"))
+    assert [rungs.on_report(i, 0, v) for i, v in enumerate((0.1, 0.9, 0.5))] == [GO, GO, PAUSE]
+    rungs.learn_of(3, [(0, 0.0)])
+    assert rungs.promotable([2]) == [(2, 0)]
+
+
+# -- claims on real checkpoint files -----------------------------------------------------------
+
+
+def saved(tmp_path: Path, *epochs_by_id: tuple[int, int]) -> RunPaths:
+    paths = RunPaths(tmp_path)
+    store = CheckpointStore(paths, "run")
+    for ident, epoch in epochs_by_id:
+        store.save(ident, epoch, {"epoch": np.array(epoch)})
+    return paths
+
+
+def test_of_two_claims_on_one_paused_individual_one_wins(tmp_path):
+    paths = saved(tmp_path, (7, 1))
+    assert promotion.claim(paths, 7, 1) == "won"
+    assert promotion.claim(paths, 7, 1) == "taken"
+    assert promotion.held(paths) == {7}
+    assert paths.checkpoint_files() == {7: paths.checkpoint_file(7)}  # a claim is no checkpoint
+    promotion.release(paths, 7)
+    assert promotion.held(paths) == set()
+    assert promotion.claim(paths, 7, 1) == "won"
+
+
+def test_a_claim_from_the_wrong_rung_or_without_checkpoint_fails(tmp_path):
+    paths = saved(tmp_path, (7, 3))
+    assert promotion.claim(paths, 7, 1) == "stale"  # it was paused again since, at epoch 3
+    assert promotion.held(paths) == set()
+    assert promotion.claim(paths, 8, 0) == "gone"
+
+
+def ask_twice(tmp_path: Path) -> tuple[list[object], PromoteFirst, PromoteFirst]:
+    """Two workers of an island know the same paused individual and ask at the same time."""
+    paths = saved(tmp_path, (2, 0))
+    space = Space.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+    workers = []
+    for _ in range(2):
+        rungs = Asha(SETTINGS)
+        for ident, value in enumerate((0.1, 0.5, 0.3, 0.9)):
+            rungs.learn_of(ident, [(0, value)])
+        wrapper = PromoteFirst(ga_strategy(space, 4), rungs,
+                               lambda i, e: promotion.claim(paths, i, e))
+        wrapper.tell(Individual(2, {"x": 0.3}, status=Status.PAUSED))
+        workers.append(wrapper)
+    rng = random.Random(1)
+    return [w.ask([], rng, 100 + n) for n, w in enumerate(workers)], *workers
+
+
+def test_two_workers_asking_at_once_promote_a_paused_individual_once(tmp_path):
+    (first, second), one, other = ask_twice(tmp_path)
+    assert isinstance(first, Continue) and first.individual.id == 2
+    assert isinstance(second, Individual) and second.id == 101  # bred: it lost the claim
+    assert one.paused == {} and other.paused == {}  # the loser forgets it too
+    promotion.release(RunPaths(tmp_path), 2)
+
+
+def test_a_paused_result_is_no_result_for_the_breeding_strategy(tmp_path):
+    told = []
+
+    class Recording:
+        def ask(self, ranked, rng, ident):  # pragma: no cover - not asked here
+            raise AssertionError
+
+        def tell(self, result):
+            told.append((result.id, result.status))
+
+    wrapper = PromoteFirst(Recording(), Asha(SETTINGS), lambda i, e: "gone")
+    for status in (Status.PAUSED, Status.PAUSED, Status.OK):
+        wrapper.tell(Individual(5, {"x": 0.1}, status=status))
+    assert told == [(5, Status.OK)] and wrapper.paused == {}
+
+
+# -- island loops over the in-memory mailbox ---------------------------------------------------
+
+EPOCHS = 4  # rungs after 1 and 2 epochs; the last epoch is none
+SPACE = Space.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+
+
+class Trainer:
+    """One worker's evaluation: continue from the checkpoint, keep one after each epoch, ask
+    the worker's scheduler (the real wiring, on a one-rank communicator) after each."""
+
+    def __init__(self, paths: RunPaths, trained: dict[int, list[int]], bred: list[int],
+                 clock: Iterator[int]) -> None:
+        from mpi4py import MPI
+
+        self.paths, self.trained, self.bred, self.clock = paths, trained, bred, clock
+        self.store = CheckpointStore(paths, "run")
+        self.pruning = WorkerScheduling(Asha(SETTINGS), "val_loss", MPI.COMM_SELF)
+        self.loop: IslandLoop | None = None
+
+    def __call__(self, ind: Individual) -> None:
+        saved = self.store.load(ind.id)
+        start = saved.epoch + 1 if saved is not None else 0
+        if saved is None:  # bred: no paused individual of the island qualified
+            assert self.loop is not None and isinstance(self.loop.strategy, PromoteFirst)
+            assert self.pruning.rungs is not None
+            assert self.pruning.rungs.promotable(self.loop.strategy.paused) == []
+            self.bred.append(ind.id)
+        ind.status, ind.started = Status.OK, float(next(self.clock))  # the island's order
+        for epoch in range(start, EPOCHS):
+            self.trained[ind.id].append(epoch)
+            self.store.save(ind.id, epoch, {"epoch": np.array(epoch)})
+            value = ind.params["x"] + 1.0 / (epoch + 1)
+            if self.pruning.judge(ind.id, epoch, {"val_loss": value}) == PAUSE:
+                ind.status = Status.PAUSED
+                break
+        ind.loss, ind.finished = ind.params["x"], ind.started + 0.5
+        if ind.status in FINISHED:
+            self.store.discard(ind.id)
+        promotion.release(self.paths, ind.id)
+        self.pruning.finished(ind)
+
+
+def island(tmp_path: Path, workers: int) -> tuple[list[IslandLoop], list[MemoryRecorder],
+                                                   dict[int, list[int]], list[int]]:
+    paths = RunPaths(tmp_path)
+    post = MemoryPost(workers)
+    trained: dict[int, list[int]] = defaultdict(list)
+    bred: list[int] = []
+    clock = itertools.count()
+    loops, recorders = [], []
+    for w in range(workers):
+        trainer = Trainer(paths, trained, bred, clock)
+        assert trainer.pruning.rungs is not None
+        strategy = PromoteFirst(ga_strategy(SPACE, 4), trainer.pruning.rungs,
+                                lambda i, e: promotion.claim(paths, i, e))
+        recorders.append(MemoryRecorder())
+        trainer.loop = IslandLoop(
+            layout=Layout(workers, 1, 1), worker=w, mailbox=post.mailbox(w), strategy=strategy,
+            evaluate=trainer, recorder=recorders[-1], migration=MigrationConfig(),
+            rng=breeding_rng(4, 0, w), curves=trainer.pruning)
+        loops.append(trainer.loop)
+    return loops, recorders, trained, bred
+
+
+def test_an_island_promotes_paused_individuals_before_it_breeds_and_each_once(tmp_path):
+    loops, recorders, trained, bred = island(tmp_path, workers=3)
+    for generation in range(20):
+        for loop in loops:
+            loop.step(generation)
+    rows = [ind for rec in recorders for ind in rec.individuals]
+    parts: dict[int, list[Individual]] = defaultdict(list)
+    for ind in rows:
+        parts[ind.id].append(ind)
+    promoted = [i for i, p in parts.items() if len(p) > 1]
+    assert len(promoted) >= 3 and len(bred) == len(parts)
+    assert any(len({p.worker for p in parts[i]}) > 1 for i in promoted)  # whichever is free
+    for ident, mine in parts.items():
+        mine.sort(key=lambda p: p.started)
+        assert trained[ident] == list(range(len(trained[ident])))  # each epoch once, in order
+        assert all(p.status == Status.PAUSED for p in mine[:-1])  # promoted only when paused
+        assert sum(p.status in FINISHED for p in mine) <= 1
+    still = {i for i, p in parts.items() if p[-1].status == Status.PAUSED}
+    assert still and set(RunPaths(tmp_path).checkpoint_files()) == still
+    assert promotion.held(RunPaths(tmp_path)) == set()
+    parents = {p for ind in rows for p in ind.parents}
+    assert not parents & {i for i, p in parts.items() if p[-1].status != Status.OK}
+
+
+def test_a_paused_evaluation_spends_no_budget(tmp_path):
+    loops, recorders, trained, bred = island(tmp_path, workers=1)
+    stats = loops[0].run(Budget(8))
+    rows = recorders[0].individuals
+    assert sum(ind.status in FINISHED for ind in rows) == 8 == stats.completed
+    assert stats.evaluations == len(rows) > 8
+    assert any(ind.status == Status.PAUSED for ind in rows)
+
+
+# -- the record of paused individuals, on resume -----------------------------------------------
+
+
+def test_a_resume_finds_paused_individuals_and_continues_a_cut_promotion():
+    rows = np.zeros(5, dtype=[("id", "i8"), ("status", "i1"), ("started", "f8"),
+                              ("island", "i8"), ("worker", "i8"), ("parent_a", "i8"),
+                              ("parent_b", "i8"), ("origin", "i1"), ("loss", "f8"),
+                              ("born", "f8"), ("finished", "f8"), ("x", "f8")])
+    # id 1: paused, promoted, finished (its parts in any file order); id 2: paused twice;
+    # id 3: paused, and a killed job was promoting it; id 4: interrupted
+    rows["id"] = [1, 1, 2, 3, 4]
+    rows["status"] = [int(s) for s in (Status.OK, Status.PAUSED, Status.PAUSED, Status.PAUSED,
+                                       Status.INTERRUPTED)]
+    rows["started"] = [5.0, 1.0, 4.0, 2.0, 3.0]
+    layout = Layout(2, 1, 1)
+    assert [i.id for i in paused_on(rows, SPACE, layout, 0, cut={3})] == [2]
+    assert to_resume(rows, cut={3})["id"].tolist() == [3, 4]
+
+
+# -- real searches: 2-rank workers under mpirun --------------------------------------------------
+
+CONFIG = """seed = 3  # random candidates (as published ASHA), 3 epochs: rungs after 1 and 2;
+# later individuals are worse (drift), so paused ones soon qualify
+[objective]
+name = "objectives:promotion_demo"
+[objective.options]
+trace = "{trace}"
+epochs = 3
+drift = 0.05
+checkpoints = {checkpoints}
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+evaluations = {evaluations}
+ranks_per_worker = 2
+[evolution]
+random_init = 1.0
+[pruning]
+rule = "asha"
+eta = 2
+min_epochs = 1
+"""
+
+
+def write_config(tmp_path: Path, evaluations: int, checkpoints: bool = True) -> Path:
+    trace = tmp_path / "trace"
+    trace.mkdir(exist_ok=True)
+    path = tmp_path / "asha.toml"
+    path.write_text(CONFIG.format(trace=trace, evaluations=evaluations,
+                                  checkpoints=str(checkpoints).lower()))
+    return path
+
+
+def traces(tmp_path: Path, ident: int) -> list[list[int]]:
+    return [[int(e) for e in (tmp_path / "trace" / f"{ident}-rank{r}.txt").read_text().split()]
+            for r in range(2)]
+
+
+def check_parts(tmp_path: Path, run_dir: Path, jobs: int) -> tuple[np.ndarray, set[int]]:
+    """Every row of the run: each epoch of each individual trained once on both ranks, paused
+    parts before its last, each id finished at most once; the ids promoted."""
+    rows = read_history(run_dir, jobs)[0]
+    promoted = set()
+    for ident in np.unique(rows["id"]).tolist():
+        mine = rows[rows["id"] == ident]
+        mine = mine[np.argsort(mine["started"])]
+        trained = traces(tmp_path, ident)
+        assert trained[0] == trained[1] == list(range(len(trained[0])))
+        assert np.isin(mine["status"][:-1], [int(Status.PAUSED), int(Status.INTERRUPTED)]).all()
+        assert np.count_nonzero(np.isin(mine["status"], FINISHED)) <= 1
+        if np.count_nonzero(mine["status"] == int(Status.PAUSED)) and len(mine) > 1:
+            promoted.add(ident)
+    return rows, promoted
+
+
+def test_two_rank_workers_pause_and_promote_each_epoch_trained_once(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "--config", str(write_config(tmp_path, 16)), "--run-dir",
+                        str(run_dir), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows, promoted = check_parts(tmp_path, run_dir, 1)
+    assert len(promoted) >= 3 and len(set(rows["worker"].tolist())) == 2
+    ind = open_run(run_dir).individuals
+    status = ind["status"]
+    assert np.count_nonzero(np.isin(status, FINISHED)) == 16  # the budget: each id once
+    paused = set(ind["id"][status == int(Status.PAUSED)].tolist())
+    assert paused and set(RunPaths(run_dir).checkpoint_files()) == paused  # kept, to promote
+    assert promotion.held(RunPaths(run_dir)) == set()
+    for row in ind[status == int(Status.OK)]:
+        assert traces(tmp_path, int(row["id"]))[0] == [0, 1, 2]
+    shown = run(atoll_cmd("inspect", str(run_dir)))
+    assert f"paused {len(paused)}" in shown.stdout
+    assert f"{len(paused)} paused, not counted in it" in shown.stdout
+
+
+def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
+    run_dir = tmp_path / "run"
+    first = mpirun_atoll(4, "search", "--config", str(write_config(tmp_path, 8)), "--run-dir",
+                         str(run_dir), "-q")
+    assert first.returncode == 0, first.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    waiting = set(ind["id"][ind["status"] == int(Status.PAUSED)].tolist())
+    assert len(waiting) >= 2
+    # As if job 0 had been killed while it promoted the worst paused one: its claim is left.
+    paths = RunPaths(run_dir)
+    cut = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmax(
+        ind["loss"][ind["status"] == int(Status.PAUSED)])])
+    paths.promotion_claim(cut).hardlink_to(paths.checkpoint_file(cut))
+    again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=24", "-q")
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows, promoted = check_parts(tmp_path, run_dir, 2)
+    assert promoted & waiting  # paused in job 0, continued in job 1 from their checkpoints
+    later = read_history(run_dir, 2)[0]
+    assert np.count_nonzero(np.isin(later["status"], FINISHED)) == 24
+    assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
+    assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
+        p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+
+
+def test_an_objective_keeping_no_checkpoints_is_stopped_instead_said_once_per_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "--config", str(write_config(tmp_path, 12, False)),
+                        "--run-dir", str(run_dir), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    status = open_run(run_dir).individuals["status"]
+    assert not np.count_nonzero(status == int(Status.PAUSED))
+    assert np.count_nonzero(status == int(Status.PRUNED))
+    assert done.stderr.count("saved no checkpoint at that epoch") == 2  # two workers
+
+
+def test_the_readme_shows_a_valid_asha_config():
+    (block,) = re.findall(r"^  ```toml\n(.*?)^  ```", (ROOT / "README.md").read_text(),
+                          re.S | re.M)
+    table = tomllib.loads(textwrap.dedent(block))
+    config = parse_config({"objective": {"name": "sphere"}, **table})
+    assert config.pruning.pauses and config.pruning.eta == 3
