@@ -1,7 +1,7 @@
 """Regret against training epochs spent, on a synthetic learning-curve task (issue #30, item 2).
 
-Atoll's schedulers (full training, the median rule, successive halving; with the GA and with
-CMA-ES) run the learning-curve task of learning_curves.py under mpirun with RANKS
+Atoll's schedulers (full training, the median rule, successive halving and its promotion
+form, ASHA; with the GA and with CMA-ES) run the learning-curve task of learning_curves.py under mpirun with RANKS
 workers; Optuna's TPE runs it trial after trial with its SuccessiveHalvingPruner and
 HyperbandPruner (benchmarks/.venv-optuna). Every method gets EPOCH_BUDGET epochs, SEEDS seeds.
 
@@ -39,6 +39,8 @@ METHODS: dict[str, list[str]] = {
     "successive halving, GA": ["search.evaluations=400", "pruning.rule=halving"],
     "successive halving, CMA-ES": ["search.evaluations=400", "pruning.rule=halving",
                                    "evolution.strategy=cmaes"],
+    "ASHA, GA": ["search.evaluations=400", "pruning.rule=asha"],
+    "ASHA, CMA-ES": ["search.evaluations=400", "pruning.rule=asha", "evolution.strategy=cmaes"],
 }
 CONFIG = f"""
 [objective]
@@ -48,6 +50,7 @@ population_size = 8
 [pruning]
 metric = "val_loss"
 min_epochs = 1
+max_epochs = {task.MAX_EPOCHS}
 eta = 3
 warmup_epochs = 1
 min_completed = 5

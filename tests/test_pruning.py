@@ -15,6 +15,7 @@ from atoll.individual import Status
 from atoll.record import open_run
 from atoll.scheduling import MedianRule, SuccessiveHalving, Verdict
 from atoll.scheduling.halving import is_rung
+from atoll.scheduling.worker import make_scheduler
 from conftest import mpirun_atoll
 
 CONFIG = """seed = 5
@@ -75,6 +76,22 @@ def test_halving_rungs_lie_after_min_epochs_times_powers_of_eta():
     rungs = [e for e in range(100) if is_rung(e, min_epochs=2, eta=3)]
     assert rungs == [1, 5, 17, 53]  # after 2, 6, 18, 54 epochs
     assert [e for e in range(30) if is_rung(e, min_epochs=1, eta=2)] == [0, 1, 3, 7, 15]
+
+
+@pytest.mark.parametrize("rule", ["halving", "asha"])
+def test_the_last_epoch_of_a_full_evaluation_is_no_rung(rule):
+    """With max_epochs = 27 and eta = 3, epoch 26 would be a rung: an evaluation that trained
+    every epoch is neither stopped nor paused there; the rungs before it are judged as usual."""
+    said = PruningConfig(rule=rule, eta=3, min_epochs=1, max_epochs=27)
+    judged = make_scheduler(said)
+    for _ in range(6):  # six completed curves, all better than what follows
+        judged.learn([(e, 0.1) for e in range(27)])
+    assert judged.on_report(99, 26, 5.0) == GO
+    assert judged.on_report(99, 8, 5.0) != GO  # a rung before the last is judged
+    unsaid = make_scheduler(PruningConfig(rule=rule, eta=3, min_epochs=1))
+    for _ in range(6):
+        unsaid.learn([(e, 0.1) for e in range(27)])
+    assert unsaid.on_report(99, 26, 5.0) != GO
 
 
 def test_halving_keeps_the_best_third_at_a_rung_and_judges_only_rungs():

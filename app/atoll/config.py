@@ -172,6 +172,9 @@ class PruningConfig:
     min_epochs: int = 1
     """Successive halving (both forms): epochs before the first rung (rungs after
     ``min_epochs * eta**k``)."""
+    max_epochs: int = 0
+    """Successive halving (both forms): the epochs a full evaluation trains (0: not said); its
+    last epoch is then no rung, so nothing pauses or stops having trained them all."""
 
     @property
     def active(self) -> bool:
@@ -354,7 +357,7 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "rule": _one_of(*PRUNING_RULES), "metric": _string,
         "direction": _one_of(*DIRECTIONS), "warmup_epochs": _integer(0, MAX_COUNT),
         "min_completed": _integer(1, MAX_COUNT), "eta": _integer(2, MAX_COUNT),
-        "min_epochs": _integer(1, MAX_COUNT)}),
+        "min_epochs": _integer(1, MAX_COUNT), "max_epochs": _integer(0, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
 }

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from atoll.scheduling.base import Curve, Verdict
-from atoll.scheduling.halving import SuccessiveHalving, is_rung
+from atoll.scheduling.halving import SuccessiveHalving
 
 if TYPE_CHECKING:
     from atoll.config import PruningConfig
@@ -34,7 +34,7 @@ class Asha(SuccessiveHalving):
 
     def on_report(self, individual: int, epoch: int, value: float) -> Verdict:
         """Pause, never stop; never on a metric that was not reported (NaN)."""
-        if value != value or not is_rung(epoch, self.min_epochs, self.eta):
+        if value != value or not self.is_rung(epoch):
             return Verdict.CONTINUE
         key = self._record(epoch, value)
         self._last_rung[individual] = (epoch, key)
@@ -45,7 +45,7 @@ class Asha(SuccessiveHalving):
         record). Parts may arrive out of order (from different partners): its last rung is the
         highest one heard."""
         for epoch, value in curve:
-            if value == value and is_rung(epoch, self.min_epochs, self.eta):
+            if value == value and self.is_rung(epoch):
                 key = self._record(epoch, value)
                 if epoch >= self._last_rung.get(individual, (epoch, key))[0]:
                     self._last_rung[individual] = (epoch, key)

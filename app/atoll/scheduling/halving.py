@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from atoll.config import PruningConfig
 
 
-def is_rung(epoch: int, min_epochs: int, eta: int) -> bool:
-    """Whether reporting ``epoch`` (counted from 0) completes a rung's number of epochs."""
+def is_rung(epoch: int, min_epochs: int, eta: int, max_epochs: int = 0) -> bool:
+    """Whether reporting ``epoch`` (counted from 0) completes a rung's number of epochs. The
+    objective's last epoch (``max_epochs``, if known) is no rung: nothing is left to decide."""
     trained = epoch + 1
-    if trained < min_epochs or trained % min_epochs:
+    if trained < min_epochs or trained % min_epochs or 0 < max_epochs <= trained:
         return False
     factor = trained // min_epochs
     while factor % eta == 0:
@@ -36,6 +37,7 @@ class SuccessiveHalving:
 
     def __init__(self, settings: PruningConfig) -> None:
         self.min_epochs, self.eta = settings.min_epochs, settings.eta
+        self.max_epochs = settings.max_epochs
         self._sign = -1.0 if settings.direction == "maximize" else 1.0
         self._at_rung: dict[int, list[float]] = defaultdict(list)  # sorted, best first
 
@@ -44,14 +46,17 @@ class SuccessiveHalving:
         bisect.insort(self._at_rung[epoch], key)
         return key
 
+    def is_rung(self, epoch: int) -> bool:
+        return is_rung(epoch, self.min_epochs, self.eta, self.max_epochs)
+
     def learn(self, curve: Curve) -> None:
         for epoch, value in curve:
-            if value == value and is_rung(epoch, self.min_epochs, self.eta):
+            if value == value and self.is_rung(epoch):
                 self._record(epoch, value)
 
     def on_report(self, individual: int, epoch: int, value: float) -> Verdict:
         """Never stops on a metric that was not reported (NaN)."""
-        if value != value or not is_rung(epoch, self.min_epochs, self.eta):
+        if value != value or not self.is_rung(epoch):
             return Verdict.CONTINUE
         key = self._record(epoch, value)
         return Verdict.CONTINUE if self.kept(epoch, key) else Verdict.STOP
