@@ -78,15 +78,40 @@ def slurm_run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 1
         pytest.fail(f"timed out: {' '.join(cmd)}\n{exc.stdout}\n{exc.stderr}")
 
 
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def wait_for_job(cluster: SlurmCluster, job: str, timeout: float = 150) -> int:
+    """Wait for the job to end, asking every half second; its exit code (128 + the signal if a
+    signal ended it). Not ``sbatch --wait``: it asks after 2, 10, 42 and 74 s (with this
+    cluster's MinJobAge), so a job of 12 s held its test for 42."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if job_field(cluster, job, "JobState") in ENDED:
+            code, sig = job_field(cluster, job, "ExitCode").split(":")
+            return 128 + int(sig) if int(sig) else int(code)
+        time.sleep(0.5)
+    pytest.fail(f"job {job} still not ended after {timeout}s\n{cluster.logs()}")
+
+
 def sbatch_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path,
                 timeout: float = 150) -> tuple[int, str]:
-    """Submit with --wait; (exit code, the job's output file)."""
-    done = slurm_run(["sbatch", "--wait", f"--output={cwd}/job-%j.out", *args], env, cwd,
-                     timeout)
-    outputs = sorted(cwd.glob("job-*.out"))
-    text = "\n".join(p.read_text() for p in outputs)
-    assert "Submitted batch job" in done.stdout, done.stdout + done.stderr + cluster.logs()
-    return done.returncode, text
+    """Submit and wait for the job to end; (exit code, the job's output file)."""
+    done = slurm_run(["sbatch", "--parsable", f"--output={cwd}/job-%j.out", *args], env, cwd)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    code = wait_for_job(cluster, done.stdout.strip(), timeout)
+    return code, job_logs(cwd)
+
+
+def submit_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path,
+                timeout: float = 150) -> tuple[int, str]:
+    """``jobscripts/submit`` with ``args`` and wait for the job to end (ATOLL_SBATCH_ARGS
+    must hold --parsable); (exit code, the output of submit and the jobs)."""
+    done = slurm_run([str(JOBSCRIPTS / "submit"), *args], env, cwd)
+    assert done.returncode == 0, done.stdout + done.stderr + job_logs(cwd)
+    code = wait_for_job(cluster, done.stdout.strip(), timeout)
+    return code, done.stdout + done.stderr + job_logs(cwd)
 
 
 def wait_for_queue_empty(cluster: SlurmCluster, timeout: float) -> None:
@@ -159,13 +184,12 @@ def test_cpu_script_runs_a_search_with_staging_and_preflight(slurm, tmp_path):
 def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
     run_dir = tmp_path / "run"
     # 2 fake GPUs per node: one rank per GPU, so workers of 2 ranks; torch sees no CUDA here
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out "
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out "
                                            f"--gres=gpu:2 --nodes={nodes}")
-    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", script, SPHERE, str(run_dir),
-                      "--set", "search.generations=10", "--set", "search.islands=1"],
-                     env, tmp_path)
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    code, log = submit_wait(slurm, ["test-cluster", script, SPHERE, str(run_dir), "--set",
+                                    "search.generations=10", "--set", "search.islands=1"],
+                            env, tmp_path)
+    assert code == 0, log
     assert "CUDA_VISIBLE_DEVICES is set" in " ".join(log.split())  # doctor saw the fake GPUs
     table = individuals(run_dir)
     workers = nodes * 2 // 2
@@ -176,6 +200,7 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
         assert '"n1"' in job["hosts"].decode() or "n2" in log
 
 
+@pytest.mark.slow  # a chain under a one-minute time limit
 def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
     """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
     time-limit check runs every 30 s), mid-search; the search stops with 75, the job chains
@@ -184,13 +209,12 @@ def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp
     run_dir = tmp_path / "run"
     # through submit: ATOLL_SBATCH_ARGS are the options every job of the chain gets
     env = job_env(slurm, ATOLL_PREFLIGHT="0",
-                  ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out --nodes=1 "
+                  ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out --nodes=1 "
                                     "--time=1 --signal=B:USR1@25")
     generations, sleep = 90, 0.4  # 36 s of evaluations per worker: longer than one job
-    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
-                      str(run_dir), "--set", f"search.generations={generations}",
-                      "--set", f"objective.options.sleep={sleep}"], env, tmp_path)
-    code = done.returncode
+    code, _ = submit_wait(slurm, ["test-cluster", "cpu.sbatch", SLOW, str(run_dir), "--set",
+                                  f"search.generations={generations}",
+                                  "--set", f"objective.options.sleep={sleep}"], env, tmp_path)
     wait_for_queue_empty(slurm, 150)
     log = "\n".join(p.read_text() for p in sorted(tmp_path.glob("job-*.out")))
     assert code == 0, log  # the first job stopped early, chained its successor: its part done
@@ -215,11 +239,12 @@ def like_the_checkout(where: Path) -> Path:
 
 def test_readme_submit_example(slurm, tmp_path):
     cwd = like_the_checkout(tmp_path)
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out")
     done = slurm_run(["jobscripts/submit", "test-cluster", "cpu.sbatch", "examples/sphere.toml",
                       "runs/sphere"], env, cwd)  # as jobscripts/README.md shows it
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert done.returncode == 0, done.stdout + done.stderr
+    code = wait_for_job(slurm, done.stdout.strip())
+    assert code == 0, job_logs(tmp_path)
     assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
 
 
@@ -251,11 +276,10 @@ def test_submit_runs_the_site_setup_in_the_job_only(slurm, tmp_path):
     profile = tmp_path / "site.sh"
     profile.write_text(f"source {JOBSCRIPTS / 'profiles' / 'test-cluster.sh'}\n"
                        f"atoll_site_setup() {{ echo \"${{SLURM_JOB_ID:-login}}\" >> {marker}; }}\n")
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
-    done = slurm_run([str(JOBSCRIPTS / "submit"), str(profile), "cpu.sbatch", SPHERE,
-                      str(tmp_path / "run"), "--set", "search.generations=3"], env, tmp_path)
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out")
+    code, log = submit_wait(slurm, [str(profile), "cpu.sbatch", SPHERE, str(tmp_path / "run"),
+                                    "--set", "search.generations=3"], env, tmp_path)
+    assert code == 0, log
     calls = marker.read_text().split()
     assert calls and all(c.isdigit() for c in calls), calls  # never "login": not at submit
 
@@ -434,6 +458,7 @@ def test_max_jobs_bounds_a_requeue_chain(slurm, tmp_path):
     assert wasted >= CRED_EXPIRE  # SLURM holds a requeued job for the credential lifetime
 
 
+@pytest.mark.slow  # a chain under a one-minute time limit
 def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
     """When the time-limit signal does not come (here SIGURG instead, which the batch shell
     ignores), SLURM's SIGTERM at the limit is told from a cancel by the job's reason
