@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -21,7 +22,9 @@ import numpy as np
 import pytest
 
 from atoll.engine.restore import completed_count
+from atoll.individual import Status
 from atoll.record import open_run
+from atoll.record.schema import NEW_EPOCHS, committed
 from conftest import BIN, ROOT, mpi_env
 from slurm_cluster import CRED_EXPIRE, SlurmCluster, missing_tools
 
@@ -474,6 +477,57 @@ def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
     assert jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
     table = individuals(run_dir)
     assert completed(table) == 500 and len(np.unique(table["id"])) == len(table)
+
+
+def recorded_parts(run_dir: Path) -> tuple[set[int], Counter[tuple[int, int]]]:
+    """From every part of every evaluation the worker files hold (readers show only the last
+    part of each): the ids of those interrupted at some point, and how often each
+    (individual, epoch) was recorded."""
+    interrupted: set[int] = set()
+    recorded: Counter[tuple[int, int]] = Counter()
+    for path in sorted((run_dir / "workers").glob("*.h5")):
+        with h5py.File(path, "r", locking=False) as f:
+            rows = committed(f["individuals"])
+            epochs = committed(f["epochs"] if "epochs" in f else f[NEW_EPOCHS])
+        interrupted |= set(rows["id"][rows["status"] == int(Status.INTERRUPTED)].tolist())
+        recorded.update(zip(epochs["individual"].tolist(), epochs["epoch"].tolist(),
+                            strict=True))
+    return interrupted, recorded
+
+
+@pytest.mark.slow  # a chain under a one-minute time limit
+def test_a_time_limit_chain_trains_each_epoch_of_a_checkpointing_objective_once(slurm, tmp_path):
+    """A chain whose time-limit signal stops evaluations mid-training, with an objective that
+    keeps a checkpoint every epoch: the next job continues each interrupted evaluation where it
+    stopped. Counted from the record and from the objective's own trace: every epoch of every
+    individual trained once (at most the one in flight twice), no interrupted training left."""
+    run_dir, trace, epochs = tmp_path / "run", tmp_path / "trace", 6
+    trace.mkdir()
+    submitted(slurm, tmp_path, run_dir, "objective.name=objectives:checkpointed",
+              f"objective.options.trace={json.dumps(str(trace))}",
+              "objective.options.sleep=0.5", f"objective.options.epochs={epochs}",
+              "search.generations=12",  # 36 s per worker: longer than one job
+              ATOLL_SBATCH_ARGS="--time=1 --signal=B:USR1@25")
+    wait_for_queue_empty(slurm, 300)
+    log = job_logs(tmp_path)
+    jobs = jobs_table(run_dir)
+    assert len(jobs) >= 2 and jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
+    final = individuals(run_dir)
+    assert len(final) == 24 and (final["status"] == int(Status.OK)).all(), log
+    assert (final["loss"] == epochs).all()  # the state held every epoch, in one part or more
+    continued, recorded = recorded_parts(run_dir)
+    assert continued, "the time limit interrupted no evaluation mid-training"
+    assert set(recorded) == {(int(i), e) for i in final["id"] for e in range(epochs)}
+    assert max(recorded.values()) <= 2, recorded  # each epoch once, the one in flight twice
+    trained = {int(p.stem): [int(e) for e in p.read_text().split()] for p in trace.iterdir()}
+    redone = 0
+    for ident in continued:
+        assert sorted(set(trained[ident])) == list(range(epochs)), (ident, trained[ident])
+        assert len(trained[ident]) <= epochs + 1, (ident, trained[ident])
+        redone += len(trained[ident]) - epochs
+    assert not list((run_dir / "checkpoints").glob("ind*.h5"))
+    print(f"chain of {len(jobs)} jobs: {len(continued)} evaluation(s) continued, "
+          f"{redone} epoch(s) trained twice")
 
 
 def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
