@@ -3,7 +3,8 @@
 Everything lives in one temporary directory (configs, state, logs, fake GPU device files);
 the daemons run in the foreground as children of the test session and are stopped by their
 PIDs. A requeued job waits for the credential lifetime (``cred_expire``, 120 s by default,
-10 s here) before it is eligible again. Each node has 4 CPUs
+10 s here) before it is eligible again, and then for the scheduler's next pass over the pending
+jobs (``sched_interval``, 60 s by default, 2 s here). Each node has 4 CPUs
 (``SlurmdParameters=config_overrides`` lets it claim more than the host has) and 4 fake GPUs:
 character devices that SLURM hands out through ``--gres`` and
 ``CUDA_VISIBLE_DEVICES`` (torch sees no CUDA device behind them).
@@ -26,6 +27,8 @@ CPUS_PER_NODE = 4
 GPUS_PER_NODE = 4
 CRED_EXPIRE = 10
 """Seconds a requeued job waits before it is eligible (SLURM's default: 120)."""
+SCHED_INTERVAL = 2
+"""Seconds between the scheduler's passes over pending jobs (SLURM's default: 60)."""
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol")
 
 
@@ -150,6 +153,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval={SCHED_INTERVAL}
 GresTypes=gpu
 MpiDefault=none
 ReturnToService=2

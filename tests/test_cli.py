@@ -192,11 +192,12 @@ def test_every_search_example_runs_on_4_ranks_within_a_minute(tmp_path, example)
 def test_make_targets_resolve_to_the_commands_the_readme_names():
     """make -n: each target the README names exists and runs what it says (nothing is run)."""
     planned = {target: run(["make", "-n", "-W", "pyproject.toml", target], timeout=60)
-               for target in ("run", "test", "bench", "bench-full", "lint", "clean")}
+               for target in ("run", "test", "test-slow", "bench", "bench-full", "lint", "clean")}
     for target, done in planned.items():
         assert done.returncode == 0, (target, done.stderr)
     assert "atoll search --run-dir" in planned["run"].stdout
-    assert "pytest -q" in planned["test"].stdout
+    assert '-m pytest -q -m "not slow" || [ $? -eq 5 ]\n' in planned["test"].stdout
+    assert "-m pytest -q -m slow || [ $? -eq 5 ]\n" in planned["test-slow"].stdout
     assert "benchmarks/run.py\n" in planned["bench"].stdout
     assert "benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md" \
         in planned["bench-full"].stdout

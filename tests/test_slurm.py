@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -21,7 +22,9 @@ import numpy as np
 import pytest
 
 from atoll.engine.restore import completed_count
+from atoll.individual import Status
 from atoll.record import open_run
+from atoll.record.schema import NEW_EPOCHS, committed
 from conftest import BIN, ROOT, mpi_env
 from slurm_cluster import CRED_EXPIRE, SlurmCluster, missing_tools
 
@@ -78,15 +81,40 @@ def slurm_run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 1
         pytest.fail(f"timed out: {' '.join(cmd)}\n{exc.stdout}\n{exc.stderr}")
 
 
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def wait_for_job(cluster: SlurmCluster, job: str, timeout: float = 150) -> int:
+    """Wait for the job to end, asking every half second; its exit code (128 + the signal if a
+    signal ended it). Not ``sbatch --wait``: it asks after 2, 10, 42 and 74 s (with this
+    cluster's MinJobAge), so a job of 12 s held its test for 42."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if job_field(cluster, job, "JobState") in ENDED:
+            code, sig = job_field(cluster, job, "ExitCode").split(":")
+            return 128 + int(sig) if int(sig) else int(code)
+        time.sleep(0.5)
+    pytest.fail(f"job {job} still not ended after {timeout}s\n{cluster.logs()}")
+
+
 def sbatch_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path,
                 timeout: float = 150) -> tuple[int, str]:
-    """Submit with --wait; (exit code, the job's output file)."""
-    done = slurm_run(["sbatch", "--wait", f"--output={cwd}/job-%j.out", *args], env, cwd,
-                     timeout)
-    outputs = sorted(cwd.glob("job-*.out"))
-    text = "\n".join(p.read_text() for p in outputs)
-    assert "Submitted batch job" in done.stdout, done.stdout + done.stderr + cluster.logs()
-    return done.returncode, text
+    """Submit and wait for the job to end; (exit code, the job's output file)."""
+    done = slurm_run(["sbatch", "--parsable", f"--output={cwd}/job-%j.out", *args], env, cwd)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    code = wait_for_job(cluster, done.stdout.strip(), timeout)
+    return code, job_logs(cwd)
+
+
+def submit_wait(cluster: SlurmCluster, args: list[str], env: dict[str, str], cwd: Path,
+                timeout: float = 150) -> tuple[int, str]:
+    """``jobscripts/submit`` with ``args`` and wait for the job to end (ATOLL_SBATCH_ARGS
+    must hold --parsable); (exit code, the output of submit and the jobs)."""
+    done = slurm_run([str(JOBSCRIPTS / "submit"), *args], env, cwd)
+    assert done.returncode == 0, done.stdout + done.stderr + job_logs(cwd)
+    code = wait_for_job(cluster, done.stdout.strip(), timeout)
+    return code, done.stdout + done.stderr + job_logs(cwd)
 
 
 def wait_for_queue_empty(cluster: SlurmCluster, timeout: float) -> None:
@@ -159,13 +187,12 @@ def test_cpu_script_runs_a_search_with_staging_and_preflight(slurm, tmp_path):
 def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
     run_dir = tmp_path / "run"
     # 2 fake GPUs per node: one rank per GPU, so workers of 2 ranks; torch sees no CUDA here
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out "
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out "
                                            f"--gres=gpu:2 --nodes={nodes}")
-    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", script, SPHERE, str(run_dir),
-                      "--set", "search.generations=10", "--set", "search.islands=1"],
-                     env, tmp_path)
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    code, log = submit_wait(slurm, ["test-cluster", script, SPHERE, str(run_dir), "--set",
+                                    "search.generations=10", "--set", "search.islands=1"],
+                            env, tmp_path)
+    assert code == 0, log
     assert "CUDA_VISIBLE_DEVICES is set" in " ".join(log.split())  # doctor saw the fake GPUs
     table = individuals(run_dir)
     workers = nodes * 2 // 2
@@ -176,6 +203,7 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
         assert '"n1"' in job["hosts"].decode() or "n2" in log
 
 
+@pytest.mark.slow  # a chain under a one-minute time limit
 def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
     """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
     time-limit check runs every 30 s), mid-search; the search stops with 75, the job chains
@@ -184,13 +212,12 @@ def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp
     run_dir = tmp_path / "run"
     # through submit: ATOLL_SBATCH_ARGS are the options every job of the chain gets
     env = job_env(slurm, ATOLL_PREFLIGHT="0",
-                  ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out --nodes=1 "
+                  ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out --nodes=1 "
                                     "--time=1 --signal=B:USR1@25")
     generations, sleep = 90, 0.4  # 36 s of evaluations per worker: longer than one job
-    done = slurm_run([str(JOBSCRIPTS / "submit"), "test-cluster", "cpu.sbatch", SLOW,
-                      str(run_dir), "--set", f"search.generations={generations}",
-                      "--set", f"objective.options.sleep={sleep}"], env, tmp_path)
-    code = done.returncode
+    code, _ = submit_wait(slurm, ["test-cluster", "cpu.sbatch", SLOW, str(run_dir), "--set",
+                                  f"search.generations={generations}",
+                                  "--set", f"objective.options.sleep={sleep}"], env, tmp_path)
     wait_for_queue_empty(slurm, 150)
     log = "\n".join(p.read_text() for p in sorted(tmp_path.glob("job-*.out")))
     assert code == 0, log  # the first job stopped early, chained its successor: its part done
@@ -215,11 +242,12 @@ def like_the_checkout(where: Path) -> Path:
 
 def test_readme_submit_example(slurm, tmp_path):
     cwd = like_the_checkout(tmp_path)
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out")
     done = slurm_run(["jobscripts/submit", "test-cluster", "cpu.sbatch", "examples/sphere.toml",
                       "runs/sphere"], env, cwd)  # as jobscripts/README.md shows it
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert done.returncode == 0, done.stdout + done.stderr
+    code = wait_for_job(slurm, done.stdout.strip())
+    assert code == 0, job_logs(tmp_path)
     assert completed(individuals(cwd / "runs" / "sphere")) == 300  # 150 x 2 workers
 
 
@@ -251,11 +279,10 @@ def test_submit_runs_the_site_setup_in_the_job_only(slurm, tmp_path):
     profile = tmp_path / "site.sh"
     profile.write_text(f"source {JOBSCRIPTS / 'profiles' / 'test-cluster.sh'}\n"
                        f"atoll_site_setup() {{ echo \"${{SLURM_JOB_ID:-login}}\" >> {marker}; }}\n")
-    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--wait --output={tmp_path}/job-%j.out")
-    done = slurm_run([str(JOBSCRIPTS / "submit"), str(profile), "cpu.sbatch", SPHERE,
-                      str(tmp_path / "run"), "--set", "search.generations=3"], env, tmp_path)
-    log = "\n".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert done.returncode == 0, done.stdout + done.stderr + log
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out")
+    code, log = submit_wait(slurm, [str(profile), "cpu.sbatch", SPHERE, str(tmp_path / "run"),
+                                    "--set", "search.generations=3"], env, tmp_path)
+    assert code == 0, log
     calls = marker.read_text().split()
     assert calls and all(c.isdigit() for c in calls), calls  # never "login": not at submit
 
@@ -434,6 +461,7 @@ def test_max_jobs_bounds_a_requeue_chain(slurm, tmp_path):
     assert wasted >= CRED_EXPIRE  # SLURM holds a requeued job for the credential lifetime
 
 
+@pytest.mark.slow  # a chain under a one-minute time limit
 def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
     """When the time-limit signal does not come (here SIGURG instead, which the batch shell
     ignores), SLURM's SIGTERM at the limit is told from a cancel by the job's reason
@@ -449,6 +477,57 @@ def test_the_time_limit_itself_chains_like_its_signal(slurm, tmp_path):
     assert jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
     table = individuals(run_dir)
     assert completed(table) == 500 and len(np.unique(table["id"])) == len(table)
+
+
+def recorded_parts(run_dir: Path) -> tuple[set[int], Counter[tuple[int, int]]]:
+    """From every part of every evaluation the worker files hold (readers show only the last
+    part of each): the ids of those interrupted at some point, and how often each
+    (individual, epoch) was recorded."""
+    interrupted: set[int] = set()
+    recorded: Counter[tuple[int, int]] = Counter()
+    for path in sorted((run_dir / "workers").glob("*.h5")):
+        with h5py.File(path, "r", locking=False) as f:
+            rows = committed(f["individuals"])
+            epochs = committed(f["epochs"] if "epochs" in f else f[NEW_EPOCHS])
+        interrupted |= set(rows["id"][rows["status"] == int(Status.INTERRUPTED)].tolist())
+        recorded.update(zip(epochs["individual"].tolist(), epochs["epoch"].tolist(),
+                            strict=True))
+    return interrupted, recorded
+
+
+@pytest.mark.slow  # a chain under a one-minute time limit
+def test_a_time_limit_chain_trains_each_epoch_of_a_checkpointing_objective_once(slurm, tmp_path):
+    """A chain whose time-limit signal stops evaluations mid-training, with an objective that
+    keeps a checkpoint every epoch: the next job continues each interrupted evaluation where it
+    stopped. Counted from the record and from the objective's own trace: every epoch of every
+    individual trained once (at most the one in flight twice), no interrupted training left."""
+    run_dir, trace, epochs = tmp_path / "run", tmp_path / "trace", 6
+    trace.mkdir()
+    submitted(slurm, tmp_path, run_dir, "objective.name=objectives:checkpointed",
+              f"objective.options.trace={json.dumps(str(trace))}",
+              "objective.options.sleep=0.5", f"objective.options.epochs={epochs}",
+              "search.generations=12",  # 36 s per worker: longer than one job
+              ATOLL_SBATCH_ARGS="--time=1 --signal=B:USR1@25")
+    wait_for_queue_empty(slurm, 300)
+    log = job_logs(tmp_path)
+    jobs = jobs_table(run_dir)
+    assert len(jobs) >= 2 and jobs["exit_code"][0] == 75 and jobs["exit_code"][-1] == 0, log
+    final = individuals(run_dir)
+    assert len(final) == 24 and (final["status"] == int(Status.OK)).all(), log
+    assert (final["loss"] == epochs).all()  # the state held every epoch, in one part or more
+    continued, recorded = recorded_parts(run_dir)
+    assert continued, "the time limit interrupted no evaluation mid-training"
+    assert set(recorded) == {(int(i), e) for i in final["id"] for e in range(epochs)}
+    assert max(recorded.values()) <= 2, recorded  # each epoch once, the one in flight twice
+    trained = {int(p.stem): [int(e) for e in p.read_text().split()] for p in trace.iterdir()}
+    redone = 0
+    for ident in continued:
+        assert sorted(set(trained[ident])) == list(range(epochs)), (ident, trained[ident])
+        assert len(trained[ident]) <= epochs + 1, (ident, trained[ident])
+        redone += len(trained[ident]) - epochs
+    assert not list((run_dir / "checkpoints").glob("ind*.h5"))
+    print(f"chain of {len(jobs)} jobs: {len(continued)} evaluation(s) continued, "
+          f"{redone} epoch(s) trained twice")
 
 
 def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):

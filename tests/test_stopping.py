@@ -147,3 +147,65 @@ def test_a_job_catches_stop_signals_before_the_command_line_is_imported(command,
     done = subprocess.run([sys.executable, "-c", CATCH_BEFORE_CLICK, command, "--no-such"],
                           cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == repr({"click": caught}), done.stderr
+
+
+LAST_EPOCH_OBJECTIVE = """
+import time
+from pathlib import Path
+
+from mpi4py import MPI
+
+
+def f(params, ctx):
+    '''3 epochs. World rank 0 spends the last epoch of its first evaluation, rank 1 the first
+    epoch of its own, waiting for the stop (a file marks each); the value is the epochs trained.'''
+    if ctx.options["declare"]:
+        ctx.last_epoch = 2
+    rank = MPI.COMM_WORLD.Get_rank()
+    trained = 0
+    for epoch in range(3):
+        waits = (rank, epoch) in {(0, 2), (1, 0)}
+        if waits:
+            (Path(ctx.options["marks"]) / f"rank{rank}").touch()
+        time.sleep(3.0 if waits else 0.05)
+        trained += 1
+        if ctx.report(epoch, val_loss=float(trained)):
+            break
+    return float(trained)
+"""
+
+
+@pytest.mark.parametrize("declare", [True, False])
+def test_a_stop_met_at_the_last_epoch_leaves_the_evaluation_finished(tmp_path, declare):
+    """SIGUSR1 to mpirun while one worker trains the last epoch of an evaluation and the other
+    its first: the first evaluation's value was computed, so it is ok (when the objective set
+    ctx.last_epoch; it used to be interrupted and redone); the second is interrupted."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "last_epoch.py").write_text(LAST_EPOCH_OBJECTIVE)
+    config = tmp_path / "search.toml"
+    config.write_text(f'[objective]\nname = "last_epoch:f"\n[objective.options]\n'
+                      f'declare = {str(declare).lower()}\nmarks = "{marks}"\n'
+                      '[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
+                      "[search]\ngenerations = 5\nislands = 1\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(mpirun_cmd(2, "-m", "atoll", "search", "--config", str(config),
+                                       "--run-dir", str(run_dir), "-q"),
+                            cwd=ROOT, env=mpi_env(), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    ind = open_run(run_dir).individuals
+    finished, cut = (ind[ind["worker"] == worker] for worker in (0, 1))
+    assert len(finished) == 1 and len(cut) == 1, ind
+    assert cut["status"][0] == int(Status.INTERRUPTED)
+    if declare:
+        assert finished["status"][0] == int(Status.OK) and finished["loss"][0] == 3.0
+        assert completed_count(ind) == 1
+    else:
+        assert finished["status"][0] == int(Status.INTERRUPTED) and completed_count(ind) == 0

@@ -94,6 +94,9 @@ class Context:
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""
+        self.last_epoch: int | None = None
+        """The epoch the objective ends at, if it says so: a job stop that its report meets
+        leaves the evaluation finished (its value counts) instead of interrupted."""
         self.pruned_at: int | None = None
         """The epoch at which :meth:`report` told the objective to stop because pruning said
         its curve will not make it."""
@@ -173,16 +176,19 @@ class Context:
         Collective: call it on every rank of the worker with the same epoch (a call on some
         ranks only fails the evaluation with an error naming them); the leader records. The
         answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
-        wall time: the individual is then recorded as interrupted whatever it returns), or once
-        ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the value
-        it returns) or pauses it (``rule = "asha"``: recorded as paused if the objective saves
-        a checkpoint at this epoch, before or after this call, before it returns).
+        wall time: the individual is then recorded as interrupted whatever it returns, unless
+        ``epoch`` is the ``last_epoch`` the objective set), or once ``[pruning]`` judges its
+        curve hopeless (it is then recorded as pruned, with the value it returns) or pauses it
+        (``rule = "asha"``: recorded as paused if the objective saves a checkpoint at this
+        epoch, before or after this call, before it returns).
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}
+        stopping = False
         with services.together(f"ctx.report(epoch={int(epoch)})"):
             if services.should_stop is not None and services.should_stop():
-                self.interrupted = True
+                stopping = True
+                self.interrupted |= self.last_epoch is None or int(epoch) < self.last_epoch
             if not self.interrupted and not self.judged and services.judge_epoch is not None:
                 verdict = services.judge_epoch(self.individual_id, int(epoch), values)
                 if verdict == Verdict.STOP:
@@ -194,7 +200,7 @@ class Context:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
-        return self.interrupted or self.judged
+        return stopping or self.judged
 
     @property
     def judged(self) -> bool:

@@ -151,6 +151,7 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
         optimizer.load_state_dict(saved.state["optimizer"])
         scheduler.load_state_dict(saved.state["scheduler"])
         progress = saved.state["progress"]
+    ctx.last_epoch = opts["epochs"] - 1  # a job stop met there leaves the evaluation finished
     setup_seconds = time.perf_counter() - entered  # parameters in hand -> first training step
     for epoch in range(progress["epoch"] + 1, opts["epochs"]):
         if progress["stale"] >= opts["patience"]:
