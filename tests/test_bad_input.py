@@ -665,7 +665,7 @@ CASES = [
          "is damaged; restore it from a backup", setup=budget_not_a_count),
     *(Case(f"status_out_of_enum_{argv[0]}", argv,
            "atoll: error: {run_dir}/workers/job000-worker00000.h5: table 'individuals' row 1: "
-           "status is 7, not one of failed, interrupted, ok, pruned: the file is damaged; "
+           "status is 7, not one of failed, interrupted, ok, paused, pruned: the file is damaged; "
            "restore it from a backup, or move it out of the run directory",
            setup=status_out_of_enum) for argv in (RESUME, INSPECT, REPORT)),
     *(Case(f"id_twice_{argv[0]}", argv,
