@@ -30,9 +30,11 @@ class Origin(IntEnum):
     RANDOM = 0  # sampled from the space (initial population or random init)
     GA = 1  # bred by the genetic algorithm's operators from parents
     CMAES = 2  # sampled from CMA-ES's distribution (no parents)
+    PBT = 3  # population-based training: a member's copy, perturbed or resampled if exploited
 
 
 NO_PARENT = -1
+NO_EPOCH = -1
 
 
 @dataclass(slots=True)
@@ -42,6 +44,9 @@ class Individual:
     Operators only read ``params`` and ``loss``; the island loop owns the rest. ``island`` is the
     island the individual is active on now, ``owner`` the worker there that alone may emigrate it,
     and ``version`` counts its migrations so that late messages about an older copy are ignored.
+    ``inherit_from`` is the individual whose checkpoint its training starts from (set when it is
+    bred, kept only if the objective took that state), ``inherit_epoch`` that checkpoint's epoch
+    (known once loaded); :data:`NO_PARENT` and :data:`NO_EPOCH` when it trained from scratch.
     """
 
     id: int
@@ -53,6 +58,8 @@ class Individual:
     version: int = 0
     parents: tuple[int, int] = (NO_PARENT, NO_PARENT)
     origin: Origin = Origin.RANDOM
+    inherit_from: int = NO_PARENT
+    inherit_epoch: int = NO_EPOCH
     loss: float = math.nan
     status: Status = Status.OK
     born: float = 0.0
