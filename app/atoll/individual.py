@@ -72,3 +72,12 @@ class Individual:
     def usable(self) -> bool:
         """Whether it may be a parent: evaluated fine with a finite loss."""
         return self.status == Status.OK and math.isfinite(self.loss)
+
+
+def replaced_member(ind: Individual) -> int:
+    """The PBT member whose place ``ind`` takes (:data:`NO_PARENT` for a new one or another
+    strategy's): PBT's children name it last among their parents, (source, member) when it
+    copied another member, (member, none) when it trained its own member on."""
+    if ind.origin != Origin.PBT:
+        return NO_PARENT
+    return ind.parents[1] if ind.parents[1] != NO_PARENT else ind.parents[0]

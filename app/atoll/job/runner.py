@@ -48,7 +48,7 @@ from atoll.job.preflight import preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full
-from atoll.record.checkpoints import CheckpointStore
+from atoll.record.checkpoints import CheckpointStore, Retention
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
@@ -265,19 +265,25 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         link.hand_out(ind)
         evaluator(ind)
         if ind.status in FINISHED:  # an interrupted one keeps its checkpoint for the next job
-            checkpoints.discard(ind.id)
+            retention.finished(ind)
         if pruning is not None:
             pruning.finished(ind)
 
-    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
-                                         len(topo.island_workers), config.evolution)
+    island = topo.layout.island_of_worker(topo.worker)
+    strategy: Strategy = island_strategy(config.space, island, len(topo.island_workers),
+                                         config.evolution, config.inherit, config.pbt, topo.worker)
+    population = population if population is not None else Population()
+    retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
+                          population.ranked, config.evolution.strategy_of(island) == "pbt")
+    retention.adopt(population, topo.worker)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
         strategy=ContinueFirst(strategy, waiting) if waiting else strategy,
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
-        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn],
+        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
+                   retention.learn],
         curves=pruning)
     return Leader(loop, link, log_file, evaluator)
 
