@@ -14,13 +14,14 @@ from atoll.record.reader import RunData
 from atoll.views.plots.common import Plot
 from atoll.views.plots.curves import intermediate_values
 from atoll.views.plots.importance import parameter_importance
+from atoll.views.plots.lineage import lineage
 from atoll.views.plots.parameters import loss_by_parameter, parallel_coordinates
 from atoll.views.plots.progress import best_loss, epoch_curves
 from atoll.views.plots.timeline import timeline
 
 Drawer = Callable[[RunData, Path, int], "Plot | str"]
 DRAWERS: tuple[Drawer, ...] = (best_loss, epoch_curves, intermediate_values, parameter_importance,
-                               loss_by_parameter, parallel_coordinates, timeline)
+                               loss_by_parameter, parallel_coordinates, timeline, lineage)
 
 __all__ = ["DRAWERS", "Plot", "draw_all"]
 
