@@ -2,7 +2,8 @@
 
 One row per individual of a lineage (it inherited, or was inherited from), its trained epochs as
 a bar coloured by its loss; a grey link joins the parent's epoch it started from to the child's
-first epoch, dashed when the child has a second parent (a PBT member replaced by a copy). Rows are in order of id, so time runs down the page.
+first epoch, dashed when the child has a second parent (a PBT member replaced by a copy). Rows
+are in order of id, so time runs down the page.
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ def lineage(run: RunData, out: Path, top: int) -> Plot | str:
     ax.set_ylabel("individual (id)")
     fig.colorbar(colours, ax=ax, label=objective_label(run))
     ax.set_title(title)
+    shown = "All lineages" if len(rows) < MAX_ROWS else "The best individuals' lineages"
     return save(fig, out / "lineage.png", title,
                  "Each bar is one individual's trained epochs, coloured by its result (red: "
                  "none); a grey line joins the epoch of the checkpoint it inherited to its first "
                  "epoch: solid when it trained its parent on, dashed when it has a second parent "
-                 f"(PBT's copy of a better member, or a GA child). {'All lineages' if len(rows) < MAX_ROWS else 'Lineages of the best'}.")
+                 f"(PBT's copy of a better member, or a GA child). {shown}.")
 
 
 def _rows(ind: np.ndarray, top: int) -> list[int]:
