@@ -12,17 +12,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from atoll.config import PbtConfig
+from atoll.config import PbtConfig, load_config
 from atoll.engine.population import Population
 from atoll.engine.restore import restore_population
 from atoll.engine.topology import plan_layout
+from atoll.errors import ConfigError
 from atoll.evolution.inherit import Inheriting, better_parent
 from atoll.evolution.pbt import PBT, explore
 from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin, Status, replaced_member
 from atoll.record import RunPaths, open_run, read_history
 from atoll.record.checkpoints import CheckpointStore, Retention
 from atoll.space import Space
-from conftest import mpirun_atoll
+from conftest import atoll_cmd, mpirun_atoll, run
 
 SPACE = Space.from_dict({
     "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
@@ -157,6 +158,33 @@ def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
         population.learn(ind)
         kept.learn(ind)
     assert sorted(store.paths.checkpoint_files()) == [0, 2]  # 1 was trained on by 2
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("inherit.enabled=1", "inherit.enabled: expected true or false, got 1"),
+    ("inherit.keep=0", "inherit.keep: expected an integer >= 1, got 0"),
+    ('inherit.shape_params=["depth"]', "inherit.shape_params: 'depth' is not a parameter of "
+     "[space] (parameters: conv_layers, activation, lr, gamma)"),
+    ("inherit.shape_params=3", "inherit.shape_params: expected a list of parameter names, got 3"),
+    ("pbt.fraction=0.6", "pbt.fraction: expected a number > 0 and <= 0.5, got 0.6"),
+    ("pbt.perturb=0", "pbt.perturb: expected a number > 0 and <= 0.99, got 0"),
+    ("pbt.resample=2", "pbt.resample: expected a probability in [0, 1], got 2"),
+    ('evolution.strategy="pdt"', "evolution.strategy: expected one of 'ga', 'cmaes', 'hybrid', "
+     "'pbt', got 'pdt'; did you mean 'pbt'?"),
+])
+def test_bad_settings_are_one_line(setting: str, message: str):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [setting])
+    assert str(err.value) == message
+
+
+def test_a_bad_setting_stops_the_command_with_one_line_and_exit_2(tmp_path):
+    done = run(atoll_cmd("search", "--run-dir", str(tmp_path / "run"), "--set",
+                         'inherit.shape_params=["depth"]'))
+    assert done.returncode == 2 and not (tmp_path / "run").exists()
+    assert done.stderr.strip().splitlines() == ["atoll: error: inherit.shape_params: 'depth' is "
+                                                "not a parameter of [space] (parameters: "
+                                                "conv_layers, activation, lr, gamma)"]
 
 
 # -- real searches --------------------------------------------------------------------------
