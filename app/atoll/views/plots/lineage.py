@@ -23,11 +23,12 @@ MAX_ROWS = 200
 """More rows than this: only the lineages of the best individuals are drawn."""
 
 
-def lineage(run: RunData, out: Path, top: int) -> Plot | str:
+def lineage(run: RunData, out: Path, top: int) -> Plot | None:
+    """None when no individual inherited: the run has no lineage to show."""
     title = "Lineage of inherited weights"
     ind = run.individuals
     if "inherit_from" not in (ind.dtype.names or ()) or not (ind["inherit_from"] >= 0).any():
-        return f"{title} (no individual inherited another's checkpoint)"
+        return None
     rows = _rows(ind, top)
     spans = _spans(run, rows)
     fig = figure(11, min(2.0 + 0.22 * len(rows), 40))
