@@ -14,7 +14,7 @@ import pytest
 
 from atoll.config import PbtConfig, load_config
 from atoll.engine.population import Population
-from atoll.engine.restore import restore_population
+from atoll.engine.restore import restore_population, to_continue
 from atoll.engine.topology import plan_layout
 from atoll.errors import ConfigError
 from atoll.evolution.inherit import Inheriting, better_parent
@@ -22,6 +22,7 @@ from atoll.evolution.pbt import PBT, explore
 from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin, Status, replaced_member
 from atoll.record import RunPaths, open_run, read_history
 from atoll.record.checkpoints import CheckpointStore, Retention
+from atoll.record.schema import individual_dtype
 from atoll.space import Space
 from conftest import atoll_cmd, mpirun_atoll, run
 
@@ -158,6 +159,21 @@ def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
         population.learn(ind)
         kept.learn(ind)
     assert sorted(store.paths.checkpoint_files()) == [0, 2]  # 1 was trained on by 2
+
+
+def test_interrupted_inheriting_evaluations_continue_with_their_lineage():
+    rows = np.zeros(2, dtype=individual_dtype(SPACE))
+    for n, (ident, status) in enumerate(((7, Status.INTERRUPTED), (8, Status.OK))):
+        rows[n]["id"], rows[n]["status"], rows[n]["inherit_from"] = ident, int(status), 3
+        rows[n]["inherit_epoch"], rows[n]["parent_a"], rows[n]["parent_b"] = 5, 3, NO_PARENT
+        rows[n]["origin"] = int(Origin.PBT)
+        for name, value in START.items():
+            rows[n][name] = value
+    unrecorded = {9: {"params": START, "origin": int(Origin.GA), "parents": [3, 4],
+                      "inherit_from": 4, "inherit_epoch": 2}}
+    waiting = to_continue(rows, SPACE, 1, 0, unrecorded)
+    assert [(i.id, i.inherit_from, i.inherit_epoch, i.origin) for i in waiting] == [
+        (7, 3, 5, Origin.PBT), (9, 4, 2, Origin.GA)]
 
 
 @pytest.mark.parametrize(("setting", "message"), [

@@ -93,7 +93,7 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
     waiting = {}
     for n, ident in enumerate(rows["id"].tolist()):  # later parts win
         waiting[int(ident)] = Individual(
-            id=int(ident), params={name: rows[name][n].item() for name in space.names},
+            id=int(ident), params={name: _plain(rows[name][n]) for name in space.names},
             parents=(int(rows["parent_a"][n]), int(rows["parent_b"][n])),
             inherit_from=int(rows["inherit_from"][n]), inherit_epoch=int(rows["inherit_epoch"][n]),
             origin=_origin(int(rows["origin"][n]), int(rows["parent_a"][n])),
@@ -116,6 +116,11 @@ def _origin(value: int, parent_a: int) -> Origin:
     too; the GA's always have a parent, CMA-ES's none."""
     origin = Origin(value)
     return Origin.CMAES if origin == Origin.GA and parent_a == NO_PARENT else origin
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as a Python value (string cells already are one)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _enum_value(dtype: np.dtype, name: str) -> int:
