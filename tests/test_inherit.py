@@ -254,6 +254,7 @@ def ga_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # digits training under mpirun
 def test_ga_children_continue_from_their_better_parents_checkpoint(ga_run):
     rows, epochs = table(ga_run)
     assert check_lineage(rows, epochs) >= 1
@@ -273,6 +274,7 @@ def test_ga_children_continue_from_their_better_parents_checkpoint(ga_run):
     assert logs.count("shapes differ") == declined  # said once each
 
 
+@pytest.mark.slow  # digits training under mpirun
 def test_ga_retention_keeps_only_the_best_checkpoints(ga_run):
     rows, _ = table(ga_run)
     usable = sorted((r["loss"], i) for i, r in rows.items() if r["status"] == int(Status.OK))
@@ -297,6 +299,7 @@ def members(rows: dict[int, dict[str, Any]]) -> set[int]:
     return set(rows) - replaced
 
 
+@pytest.mark.slow  # digits training under mpirun
 def test_pbt_members_train_on_or_copy_a_top_member(pbt_run):
     rows, epochs = table(pbt_run)
     bred = [r for r in rows.values() if r["origin"] == int(Origin.PBT)]
@@ -315,6 +318,7 @@ def test_pbt_members_train_on_or_copy_a_top_member(pbt_run):
     assert len(wanted) <= 1 + 4
 
 
+@pytest.mark.slow  # digits training under mpirun
 def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
     before, _ = table(pbt_run)
     individuals, migrations = read_history(pbt_run, 1)
