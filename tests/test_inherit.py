@@ -319,6 +319,16 @@ def test_pbt_members_train_on_or_copy_a_top_member(pbt_run):
 
 
 @pytest.mark.slow  # digits training under mpirun
+def test_the_report_draws_the_lineage(pbt_run):
+    done = run(atoll_cmd("report", str(pbt_run)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "lineage.png" in done.stdout and "Lineage" not in done.stdout.split("Skipped")[-1]
+    png = pbt_run / "report" / "lineage.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert 'src="data:image/png;base64,' in (pbt_run / "report" / "report.html").read_text()
+
+
+@pytest.mark.slow  # digits training under mpirun
 def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
     before, _ = table(pbt_run)
     individuals, migrations = read_history(pbt_run, 1)
