@@ -1,9 +1,10 @@
 """Regret against training epochs spent, on a synthetic learning-curve task (issue #30, item 2).
 
 Atoll's schedulers (full training, the median rule, successive halving and its promotion
-form, ASHA; with the GA and with CMA-ES) run the learning-curve task of learning_curves.py under mpirun with RANKS
-workers; Optuna's TPE runs it trial after trial with its SuccessiveHalvingPruner and
-HyperbandPruner (benchmarks/.venv-optuna). Every method gets EPOCH_BUDGET epochs, SEEDS seeds.
+form, ASHA; with the GA and with CMA-ES) run the learning-curve task of learning_curves.py
+under mpirun with RANKS workers; Optuna's TPE runs it trial after trial with its
+SuccessiveHalvingPruner and HyperbandPruner (benchmarks/.venv-optuna). Every method gets
+EPOCH_BUDGET epochs, SEEDS seeds.
 
 A method's trajectory is the regret of its incumbent (the completed candidate with the least
 reported final loss; regret of its noiseless fully trained loss) after each evaluation ends, in

@@ -480,7 +480,8 @@ CASES = [
          "got 'tournamnt'; did you mean 'tournament'?",
          toml='[evolution]\nselection = "tournamnt"\n'),
     Case("misspelt_strategy", SEARCH,
-         "atoll: error: evolution.strategy: expected one of 'ga', 'cmaes', 'hybrid', got 'cma-es'; "
+         "atoll: error: evolution.strategy: expected one of 'ga', 'cmaes', 'hybrid', 'pbt', got "
+         "'cma-es'; "
          "did you mean 'cmaes'?", toml='[evolution]\nstrategy = "cma-es"\n'),
     Case("island_strategies_of_another_length", SEARCH,
          "atoll: error: evolution.island_strategies: 3 strategies for search.islands = 2; give "

@@ -117,7 +117,8 @@ def test_the_config_reference_is_valid_and_shows_the_defaults() -> None:
     table["objective"]["name"] = "mymodule:objective"
     config = parse_config(table)
     defaults = parse_config({"objective": {"name": "sphere"}})
-    for section in ("search", "evolution", "migration", "record", "distributed", "pruning"):
+    for section in ("search", "evolution", "migration", "record", "distributed", "pruning",
+                    "inherit", "pbt"):
         assert getattr(config, section) == getattr(defaults, section), section
     assert config.objective.direction == defaults.objective.direction
     assert config.seed == defaults.seed

@@ -144,7 +144,7 @@ def test_dtypes(space: Space) -> None:
     assert h5py.check_string_dtype(dt["act"]) and h5py.check_string_dtype(dt["error"])
     assert h5py.check_enum_dtype(dt["status"]) == {
         "ok": 0, "failed": 1, "pruned": 2, "interrupted": 3, "paused": 4}
-    assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "ga": 1, "cmaes": 2}
+    assert h5py.check_enum_dtype(dt["origin"]) == {"random": 0, "ga": 1, "cmaes": 2, "pbt": 3}
     assert epoch_dtype(["acc"]).names == ("individual", "epoch", "time", "acc")
     assert h5py.check_enum_dtype(migration_dtype()["mode"]) == {"migration": 0, "pollination": 1}
     with pytest.raises(RecordError, match="reserved"):

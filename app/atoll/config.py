@@ -32,10 +32,11 @@ MIGRATION_MODES = ("migration", "pollination")
 """``migration`` moves individuals to another island, ``pollination`` sends copies."""
 BACKENDS = ("auto", "gloo", "nccl")
 """Torch process-group backends: ``auto`` is NCCL with CUDA devices, gloo otherwise."""
-STRATEGIES = ("ga", "cmaes", "hybrid")
+STRATEGIES = ("ga", "cmaes", "hybrid", "pbt")
 """How an island breeds: ``ga`` the genetic algorithm (Propulate's), ``cmaes`` asynchronous
 CMA-ES (:mod:`atoll.evolution.cma`), ``hybrid`` both on one population, each candidate from the
-one recently more successful (:mod:`atoll.evolution.hybrid`)."""
+one recently more successful (:mod:`atoll.evolution.hybrid`), ``pbt`` population-based training
+(:mod:`atoll.evolution.pbt`)."""
 SIGMA_RULES = ("fixed", "success")
 """The GA's Gaussian step: ``fixed`` at ``sigma_factor`` (Propulate's), ``success`` adapted per
 worker by the 1/5th success rule (:mod:`atoll.evolution.step_size`)."""
@@ -210,6 +211,32 @@ class RecordConfig:
 
 
 @dataclass(frozen=True)
+class InheritConfig:
+    """Bred children that start from a parent's checkpoint, and the checkpoints kept for it."""
+
+    enabled: bool = False
+    """A GA child starts from its better parent's checkpoint (PBT islands always inherit)."""
+    keep: int = 4
+    """Checkpoints of finished individuals kept per island while inheritance is on: the island's
+    best ``keep``; the others are deleted when they drop out."""
+    shape_params: tuple[str, ...] = ()
+    """Parameters that change the model's shapes: a GA child inherits only from a parent with
+    the same values, and PBT never perturbs them."""
+
+
+@dataclass(frozen=True)
+class PbtConfig:
+    """Population-based training's exploit and explore (:mod:`atoll.evolution.pbt`)."""
+
+    fraction: float = 0.25
+    """Truncation: a member in the bottom ``fraction`` copies one of the top ``fraction``."""
+    resample: float = 0.25
+    """Probability that a copied parameter is drawn anew from the space instead of perturbed."""
+    perturb: float = 0.2
+    """A perturbed float is multiplied by ``1 - perturb`` or ``1 + perturb``."""
+
+
+@dataclass(frozen=True)
 class DistributedConfig:
     """The torch process group of each multi-rank worker (made only if an objective asks)."""
 
@@ -230,6 +257,15 @@ class Config:
     record: RecordConfig
     distributed: DistributedConfig = DistributedConfig()
     pruning: PruningConfig = PruningConfig()
+    inherit: InheritConfig = InheritConfig()
+    pbt: PbtConfig = PbtConfig()
+
+    @property
+    def inherits(self) -> bool:
+        """Whether children may start from a parent's checkpoint (inherit.enabled, or an island
+        runs PBT): checkpoints of the islands' best individuals are then kept."""
+        islands = self.evolution.island_strategies or (self.evolution.strategy,)
+        return self.inherit.enabled or "pbt" in islands
 
 
 # --- value checkers: (value, dotted key) -> the validated value, or a ConfigError --------------
@@ -296,6 +332,31 @@ def _probability(value: Any, key: str) -> float:
     return float(value)
 
 
+def _boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {_show(value)}")
+    return value
+
+
+def _names(value: Any, key: str) -> tuple[str, ...]:
+    """A list of parameter names (checked against the space once it is known)."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of parameter names, got {_show(value)}")
+    return tuple(value)
+
+
+def _open_unit(maximum: float) -> Check:
+    """A number in (0, ``maximum``]."""
+    def check(value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0.0 < value <= maximum:
+            raise ConfigError(f"{key}: expected a number > 0 and <= {maximum:g}, "
+                              f"got {_show(value)}")
+        return float(value)
+
+    return check
+
+
 def _string(value: Any, key: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{key}: expected a string, got {_show(value)}")
@@ -360,6 +421,10 @@ _SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "min_epochs": _integer(1, MAX_COUNT), "max_epochs": _integer(0, MAX_COUNT)}),
     "distributed": (DistributedConfig, {
         "backend": _one_of(*BACKENDS), "timeout": _seconds(strict=True)}),
+    "inherit": (InheritConfig, {
+        "enabled": _boolean, "keep": _integer(1, MAX_COUNT), "shape_params": _names}),
+    "pbt": (PbtConfig, {
+        "fraction": _open_unit(0.5), "resample": _probability, "perturb": _open_unit(0.99)}),
 }
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction", "command", "env",
                    "result_metric", "stop_grace", "results")
@@ -595,6 +660,11 @@ def parse_config(table: Mapping[str, Any]) -> Config:
         raise ConfigError(f"evolution.island_strategies: {given} strategies for search.islands = "
                           f"{search.islands}; give one per island, or none to run "
                           "evolution.strategy on every island")
+    inherit = _section(table, "inherit")
+    unknown = [name for name in inherit.shape_params if name not in space.names]
+    if unknown:
+        raise ConfigError(f"inherit.shape_params: {unknown[0]!r} is not a parameter of [space] "
+                          f"(parameters: {', '.join(space.names)})")
     return Config(
         seed=_integer(0)(table.get("seed", 0), "seed"),
         objective=objective,
@@ -605,6 +675,8 @@ def parse_config(table: Mapping[str, Any]) -> Config:
         record=_section(table, "record"),
         distributed=_section(table, "distributed"),
         pruning=_section(table, "pruning"),
+        inherit=inherit,
+        pbt=_section(table, "pbt"),
     )
 
 

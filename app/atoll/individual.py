@@ -33,9 +33,11 @@ class Origin(IntEnum):
     RANDOM = 0  # sampled from the space (initial population or random init)
     GA = 1  # bred by the genetic algorithm's operators from parents
     CMAES = 2  # sampled from CMA-ES's distribution (no parents)
+    PBT = 3  # population-based training: a member's copy, perturbed or resampled if exploited
 
 
 NO_PARENT = -1
+NO_EPOCH = -1
 
 
 @dataclass(slots=True)
@@ -45,6 +47,9 @@ class Individual:
     Operators only read ``params`` and ``loss``; the island loop owns the rest. ``island`` is the
     island the individual is active on now, ``owner`` the worker there that alone may emigrate it,
     and ``version`` counts its migrations so that late messages about an older copy are ignored.
+    ``inherit_from`` is the individual whose checkpoint its training starts from (set when it is
+    bred, kept only if the objective took that state), ``inherit_epoch`` that checkpoint's epoch
+    (known once loaded); :data:`NO_PARENT` and :data:`NO_EPOCH` when it trained from scratch.
     """
 
     id: int
@@ -56,6 +61,8 @@ class Individual:
     version: int = 0
     parents: tuple[int, int] = (NO_PARENT, NO_PARENT)
     origin: Origin = Origin.RANDOM
+    inherit_from: int = NO_PARENT
+    inherit_epoch: int = NO_EPOCH
     loss: float = math.nan
     status: Status = Status.OK
     born: float = 0.0
@@ -68,3 +75,12 @@ class Individual:
     def usable(self) -> bool:
         """Whether it may be a parent: evaluated fine with a finite loss."""
         return self.status == Status.OK and math.isfinite(self.loss)
+
+
+def replaced_member(ind: Individual) -> int:
+    """The PBT member whose place ``ind`` takes (:data:`NO_PARENT` for a new one or another
+    strategy's): PBT's children name it last among their parents, (source, member) when it
+    copied another member, (member, none) when it trained its own member on."""
+    if ind.origin != Origin.PBT:
+        return NO_PARENT
+    return ind.parents[1] if ind.parents[1] != NO_PARENT else ind.parents[0]

@@ -39,7 +39,8 @@ class Tag(IntEnum):
 # The wire format of an individual: little-endian, packed, in this order, then one field per
 # parameter (floats as f8, ints as i8, categoricals and ordinals as the i4 index of the choice).
 _FIXED = [("id", "q"), ("island", "i"), ("worker", "i"), ("generation", "q"), ("owner", "i"),
-          ("version", "i"), ("parent_a", "q"), ("parent_b", "q"), ("origin", "b"),
+          ("version", "i"), ("parent_a", "q"), ("parent_b", "q"), ("inherit_from", "q"),
+          ("inherit_epoch", "i"), ("origin", "b"),
           ("status", "b"), ("loss", "d"), ("born", "d"), ("started", "d"), ("finished", "d")]
 
 _DEACTIVATE = struct.Struct("<qi")  # id, version
@@ -75,18 +76,21 @@ class Codec:
         genes = [params[name] if choices is None else self._index[name][params[name]]
                  for name, choices in self._genes]
         return self.record.pack(ind.id, ind.island, ind.worker, ind.generation, ind.owner,
-                                ind.version, ind.parents[0], ind.parents[1], ind.origin,
+                                ind.version, ind.parents[0], ind.parents[1], ind.inherit_from,
+                                ind.inherit_epoch, ind.origin,
                                 ind.status, ind.loss, ind.born, ind.started, ind.finished,
                                 *genes)
 
     def decode(self, buf: Buffer) -> Individual:
-        (ind_id, island, worker, generation, owner, version, parent_a, parent_b, origin, status,
-         loss, born, started, finished, *genes) = self.record.unpack_from(buf)
+        (ind_id, island, worker, generation, owner, version, parent_a, parent_b, inherit_from,
+         inherit_epoch, origin, status, loss, born, started, finished, *genes) = \
+            self.record.unpack_from(buf)
         params = {name: value if choices is None else choices[value]
                   for (name, choices), value in zip(self._genes, genes, strict=True)}
         return Individual(
             id=ind_id, params=params, island=island, worker=worker, generation=generation,
-            owner=owner, version=version, parents=(parent_a, parent_b), origin=_ORIGINS[origin],
+            owner=owner, version=version, parents=(parent_a, parent_b), inherit_from=inherit_from,
+            inherit_epoch=inherit_epoch, origin=_ORIGINS[origin],
             status=_STATUSES[status], loss=loss, born=born, started=started, finished=finished)
 
 

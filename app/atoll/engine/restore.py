@@ -17,7 +17,7 @@ import numpy as np
 
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
-from atoll.individual import FINISHED, NO_PARENT, Individual, Origin, Status
+from atoll.individual import FINISHED, NO_EPOCH, NO_PARENT, Individual, Origin, Status
 from atoll.space import Space
 
 
@@ -60,8 +60,8 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)
     columns = {name: rows[name].tolist() for name in (
-        "id", "worker", "generation", "parent_a", "parent_b", "origin", "loss", "born",
-        "started", "finished")}
+        "id", "worker", "generation", "parent_a", "parent_b", "inherit_from", "inherit_epoch",
+        "origin", "loss", "born", "started", "finished")}
     values = [rows[name].tolist() for name in space.names]
     population = Population()
     for n, ind_id in enumerate(columns["id"]):
@@ -71,6 +71,7 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
             island=island, worker=columns["worker"][n], generation=columns["generation"][n],
             owner=workers[ind_id % len(workers)], version=0,
             parents=(columns["parent_a"][n], columns["parent_b"][n]),
+            inherit_from=columns["inherit_from"][n], inherit_epoch=columns["inherit_epoch"][n],
             origin=_origin(columns["origin"][n], columns["parent_a"][n]),
             loss=columns["loss"][n], status=Status.OK,
             born=columns["born"][n], started=columns["started"][n],
@@ -96,6 +97,7 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
             id=int(ident), params={name: column[n] for name, column in zip(
                 space.names, values, strict=True)},
             parents=(int(rows["parent_a"][n]), int(rows["parent_b"][n])),
+            inherit_from=int(rows["inherit_from"][n]), inherit_epoch=int(rows["inherit_epoch"][n]),
             origin=_origin(int(rows["origin"][n]), int(rows["parent_a"][n])),
             born=float(rows["born"][n]), status=Status.INTERRUPTED)
     for ident, about in (unrecorded or {}).items():
@@ -104,6 +106,8 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
             parents = about.get("parents", [NO_PARENT, NO_PARENT])
             waiting[ident] = Individual(
                 id=ident, params=params, parents=(int(parents[0]), int(parents[1])),
+                inherit_from=int(about.get("inherit_from", NO_PARENT)),
+                inherit_epoch=int(about.get("inherit_epoch", NO_EPOCH)),
                 origin=Origin(int(about.get("origin", Origin.RANDOM))),
                 born=float(about.get("born", 0.0)), status=Status.INTERRUPTED)
     return [waiting[ident] for ident in sorted(waiting)[worker::workers]]

@@ -11,17 +11,27 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from atoll.collective import gather_within
 from atoll.errors import ObjectiveError, described
+from atoll.individual import NO_EPOCH, NO_PARENT
 from atoll.record import full
-from atoll.record.checkpoints import Checkpoint
+from atoll.record.checkpoints import Checkpoint, CheckpointStore
 
 if TYPE_CHECKING:
     from atoll.evaluation.context import WorkerServices
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """Where an evaluation's training started: another individual's checkpoint at ``epoch``."""
+
+    individual: int
+    epoch: int
 
 
 class CheckpointCalls:
@@ -32,8 +42,15 @@ class CheckpointCalls:
                  about: Mapping[str, Any] | None = None) -> None:
         self.services = services
         self.individual_id = individual_id
-        self.about = about or {}
+        self.about = dict(about or {})
         self.calls = 0
+        self.inherit_from = int(self.about.get("inherit_from", NO_PARENT))
+        epoch = int(self.about.get("inherit_epoch", NO_EPOCH))
+        self.inherited: Inherited | None = None
+        """The lineage of this evaluation: set when a load took another individual's
+        checkpoint, kept from an earlier part of a continued one."""
+        if self.inherit_from != NO_PARENT and epoch != NO_EPOCH:
+            self.inherited = Inherited(self.inherit_from, epoch)
 
     def save(self, state: Any, epoch: int) -> bool:
         """Write ``state`` as the checkpoint at ``epoch`` (leader); whether it was written."""
@@ -55,15 +72,16 @@ class CheckpointCalls:
         return kind == "saved"
 
     def load(self, map_location: Any = None) -> Checkpoint | None:
-        """The last checkpoint of this individual (on every rank), or None."""
+        """The last checkpoint of this individual, else the one it inherits (on every rank),
+        or None."""
         store, comm = self.services.checkpoints, self.services.comm
         if store is None:
             return None
         call = "ctx.load_checkpoint()"
         self._meet(call, None)
-        found, problem = None, ""
+        found, problem, inherited = None, "", self.inherited
         try:  # whatever happens, every rank hears of it below: none waits for ever
-            found = store.load(self.individual_id, map_location, quiet=comm.Get_rank() > 0)
+            found, inherited = self._read(store, map_location, comm.Get_rank() > 0)
         except Exception as exc:  # noqa: BLE001 - shared with every rank, raised below
             problem = described(exc)
         outcomes = self._share(call, (None if found is None else found.epoch, problem))
@@ -72,10 +90,43 @@ class CheckpointCalls:
             raise ObjectiveError(f"{call}: {'; '.join(problems)}")
         epochs = [epoch for epoch, _ in outcomes]
         if len(set(epochs)) == 1:
+            self._inherit(inherited)
             return found
         log.warning("individual %d: the worker's ranks read different checkpoints (epochs by "
                     "rank: %s); it starts from scratch", self.individual_id, epochs)
+        self._inherit(None)
         return None
+
+    def _read(self, store: CheckpointStore, map_location: Any, quiet: bool
+              ) -> tuple[Checkpoint | None, Inherited | None]:
+        """(its own checkpoint, its lineage so far), else (the inherited one, where from)."""
+        found = store.load(self.individual_id, map_location, quiet=quiet)
+        if found is not None or self.inherit_from == NO_PARENT:
+            return found, self.inherited if found is not None else None
+        found = store.load(self.inherit_from, map_location, quiet=quiet)
+        if found is None:
+            log.log(logging.INFO if quiet else logging.WARNING,
+                    "individual %d: the checkpoint of individual %d, which it was to inherit, "
+                    "is not kept (any more); it starts from scratch", self.individual_id,
+                    self.inherit_from)
+            return None, None
+        return found, Inherited(self.inherit_from, found.epoch)
+
+    def decline(self, reason: str) -> None:
+        """The objective does not use the inherited state (e.g. its shapes differ)."""
+        if self.inherited is None:
+            return
+        if self.services.comm.Get_rank() == 0:
+            log.warning("individual %d: not inheriting individual %d's checkpoint (%s); it "
+                        "trains from scratch", self.individual_id, self.inherited.individual,
+                        reason)
+        self._inherit(None)
+
+    def _inherit(self, inherited: Inherited | None) -> None:
+        """Remember the lineage, and keep it with this individual's own checkpoints."""
+        self.inherited = inherited
+        self.about["inherit_from"] = NO_PARENT if inherited is None else inherited.individual
+        self.about["inherit_epoch"] = NO_EPOCH if inherited is None else inherited.epoch
 
     def _meet(self, call: str, item: Any) -> list[Any]:
         """Every rank's ``item`` once all ranks called (within ``distributed.timeout``)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from atoll.evaluation.checkpointing import CheckpointCalls
+from atoll.evaluation.checkpointing import CheckpointCalls, Inherited
 from atoll.evaluation.meeting import Meeting
 from atoll.evaluation.metric_check import MetricCheck
 from atoll.scheduling.base import Verdict
@@ -238,13 +238,29 @@ class Context:
 
     def load_checkpoint(self, map_location: Any = None) -> Checkpoint | None:
         """This individual's last checkpoint (``.state``, ``.epoch``), or None: train from
-        scratch. Tensors come back on the CPU, or on ``map_location`` (e.g. ``ctx.device``).
+        scratch. A child bred to inherit that has none of its own gets its parent's (see
+        :attr:`inherited`). Tensors come back on the CPU, or on ``map_location`` (e.g.
+        ``ctx.device``).
 
         Collective: call it on every rank of the worker (as :meth:`save_checkpoint`); every
         rank reads the file. A damaged or foreign file is not loaded: None, with a warning
         naming the file.
         """
         return self._checkpoints.load(map_location)
+
+    @property
+    def inherited(self) -> Inherited | None:
+        """Where this evaluation's training started, if from another individual's checkpoint
+        (``.individual``, ``.epoch``): known once :meth:`load_checkpoint` returned that state
+        (or, for an evaluation continued from its own checkpoint, from its earlier part). An
+        objective continues numbering epochs after ``.epoch``. None: it trains from scratch."""
+        return self._checkpoints.inherited
+
+    def decline_inherited(self, reason: str) -> None:
+        """Say that the state :meth:`load_checkpoint` inherited does not fit (e.g. the model's
+        shapes differ) and this evaluation trains from scratch: one warning, and the record
+        shows no inheritance. Not collective; call it on every rank that loaded the state."""
+        self._checkpoints.decline(reason)
 
     @functools.cached_property
     def _checkpoints(self) -> CheckpointCalls:

@@ -18,7 +18,7 @@ from atoll.evaluation.call import Objective, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
 from atoll.evaluation.metric_check import MetricCheck
 from atoll.evaluation.process_group import ProcessGroupOwner
-from atoll.individual import Individual, Status
+from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -67,7 +67,8 @@ class WorkerEvaluator:
     def __call__(self, ind: Individual) -> None:
         ctx = self.services.context(ind.id, ind.params, about={
             "params": ind.params, "origin": int(ind.origin), "parents": list(ind.parents),
-            "born": ind.born})
+            "born": ind.born, "inherit_from": ind.inherit_from,
+            "inherit_epoch": ind.inherit_epoch})
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)
@@ -77,6 +78,9 @@ class WorkerEvaluator:
             self.services.meeting.end()
             self._agree_on_failure(ind)
         ind.finished = time.time()
+        lineage = ctx.inherited  # what its training actually started from
+        ind.inherit_from = NO_PARENT if lineage is None else lineage.individual
+        ind.inherit_epoch = NO_EPOCH if lineage is None else lineage.epoch
         if ctx.interrupted:
             ind.status, ind.error = Status.INTERRUPTED, INTERRUPTED
         elif ctx.pruned_at is not None and ind.status == Status.OK:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from atoll.config import SELECTIONS, EvolutionConfig
+from atoll.config import SELECTIONS, EvolutionConfig, InheritConfig, PbtConfig
 from atoll.evolution.base import Compose, Conditional, Propagator, check_count
 from atoll.evolution.crossover import CrossoverUniform
+from atoll.evolution.inherit import Inheriting
 from atoll.evolution.init import InitUniform
 from atoll.evolution.mutation import IntervalMutationNormal, PointMutation, interval_params
 from atoll.evolution.selection import SelectBest, SelectTournament, SelectUniform
@@ -106,13 +107,26 @@ def _pool(selection: str, population_size: int, tournament_size: int) -> Propaga
 
 
 def island_strategy(space: Space, island: int, island_workers: int,
-                    settings: EvolutionConfig) -> Strategy:
-    """The strategy of a worker on ``island``: the island's strategy (``evolution.strategy``
-    or its entry in ``evolution.island_strategies``): the GA, CMA-ES, or both (hybrid). The
-    GA's population is ``population_size`` or 2 x the island's workers; CMA-ES keeps its own
-    default."""
+                    settings: EvolutionConfig, inherit: InheritConfig | None = None,
+                    pbt: PbtConfig | None = None, worker: int = 0) -> Strategy:
+    """The strategy of ``worker`` on ``island``: the island's strategy (``evolution.strategy``
+    or its entry in ``evolution.island_strategies``): the GA, CMA-ES, both (hybrid), or PBT.
+    The GA's and PBT's population is ``population_size`` or 2 x the island's workers; CMA-ES
+    keeps its own default. With ``inherit.enabled``, bred children start from their better
+    parent's checkpoint (PBT's always start from a member's)."""
     strategy = settings.strategy_of(island)
     ga_population = settings.population_size or 2 * island_workers
+    inherit = inherit or InheritConfig()
+    if strategy == "pbt":
+        from atoll.evolution.pbt import PBT
+
+        return PBT(space, ga_population, worker, pbt, inherit.shape_params)
+    chosen = _breeding(space, strategy, ga_population, settings)
+    return Inheriting(chosen, inherit.shape_params) if inherit.enabled else chosen
+
+
+def _breeding(space: Space, strategy: str, ga_population: int,
+              settings: EvolutionConfig) -> Strategy:
     if strategy == "ga":
         return ga_strategy(space, ga_population, settings)
     from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it

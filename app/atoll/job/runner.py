@@ -49,7 +49,7 @@ from atoll.job.preflight import preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, promotion
-from atoll.record.checkpoints import CheckpointStore
+from atoll.record.checkpoints import CheckpointStore, Retention
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
@@ -266,19 +266,25 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         link.hand_out(ind)
         evaluator(ind)
         if ind.status in FINISHED:  # an interrupted or paused one keeps its checkpoint
-            checkpoints.discard(ind.id)
+            retention.finished(ind)
         if config.pruning.pauses:
             promotion.release(paths, ind.id)
         if pruning is not None:
             pruning.finished(ind)
 
+    island = topo.layout.island_of_worker(topo.worker)
+    population = population if population is not None else Population()
+    retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
+                          population.ranked, config.evolution.strategy_of(island) == "pbt")
+    retention.adopt(population, topo.worker)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
         strategy=_strategy(config, paths, topo, pruning, waiting, paused),
         evaluate=hand_out_and_evaluate, recorder=log_file, migration=config.migration,
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
-        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn],
+        listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
+                   retention.learn],
         curves=pruning)
     return Leader(loop, link, log_file, evaluator)
 
@@ -289,7 +295,8 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
     """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
     the island's paused individuals, then the island's breeding."""
     strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
-                                         len(topo.island_workers), config.evolution)
+                                         len(topo.island_workers), config.evolution,
+                                         config.inherit, config.pbt, topo.worker)
     if pruning is not None and pruning.rungs is not None:
         strategy = PromoteFirst(strategy, pruning.rungs,
                                 lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)

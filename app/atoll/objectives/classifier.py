@@ -3,10 +3,12 @@
 The network of the tutorial: ``conv_layers`` convolutions of 10 channels (kernel 3, padding 1),
 each followed by the activation, then a linear head and log-softmax; Adadelta with StepLR, NLL
 loss, early stopping. It saves a checkpoint every epoch and continues from one (epochs numbered
-on from where it stopped). Every rank of the worker trains one DDP replica on an exclusive shard of
-the training set; validation is sharded without duplicates and its loss and accuracy are summed
-over the whole validation set, so every rank reports the same numbers, equal to what one process
-would compute alone.
+on from where it stopped). A child that inherits (``[inherit]``, PBT) starts from its parent's
+weights and optimizer state and trains ``epochs`` more epochs, numbered on from the parent's;
+when the shapes differ (``conv_layers``), it declines them and trains from scratch. Every rank
+of the worker trains one DDP replica on an exclusive shard of the training set; validation is
+sharded without duplicates and its loss and accuracy are summed over the whole validation set,
+so every rank reports the same numbers, equal to what one process would compute alone.
 
 Parameters (the search space): ``conv_layers`` (int), ``activation`` (relu, sigmoid, tanh),
 ``lr`` (float), ``gamma`` (float). Options (``[objective.options]``): see :data:`OPTIONS`.
@@ -143,17 +145,12 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
                                                 gamma=_param(params, "gamma", float))
     loader, sampler = datasets.train_loader(training, opts["batch_size"], ctx.rank, ctx.size,
                                             seed, opts["num_workers"])
-    progress: dict[str, Any] = {"epoch": -1, "best_loss": math.inf,
-                                "best_state": _plain_state(model), "stale": 0}
-    saved = ctx.load_checkpoint()  # collective: the same answer on every rank
-    if saved is not None:  # continue an interrupted evaluation where it stopped
-        model.load_state_dict(saved.state["model"])
-        optimizer.load_state_dict(saved.state["optimizer"])
-        scheduler.load_state_dict(saved.state["scheduler"])
-        progress = saved.state["progress"]
-    ctx.last_epoch = opts["epochs"] - 1  # a job stop met there leaves the evaluation finished
+    progress = _start(ctx, model, optimizer, scheduler)
+    # An inheriting child trains its own epochs on from its parent's epoch.
+    first = 0 if ctx.inherited is None else ctx.inherited.epoch + 1
+    ctx.last_epoch = first + opts["epochs"] - 1  # a job stop met there leaves it finished
     setup_seconds = time.perf_counter() - entered  # parameters in hand -> first training step
-    for epoch in range(progress["epoch"] + 1, opts["epochs"]):
+    for epoch in range(progress["epoch"] + 1, first + opts["epochs"]):
         if progress["stale"] >= opts["patience"]:
             break
         started = time.perf_counter()
@@ -227,6 +224,45 @@ def preflight(options: Mapping[str, Any], data_dir: Path | str | None = None,
 
 
 train.preflight = preflight  # type: ignore[attr-defined]
+
+
+def _start(ctx: Context, model: nn.Module, optimizer: torch.optim.Optimizer,
+           scheduler: Any) -> dict[str, Any]:
+    """Where training starts: this individual's own checkpoint (an interrupted evaluation
+    continued), the checkpoint it inherits (the parent's weights and optimizer state, with its
+    own learning rate, schedule and early stopping), or from scratch."""
+    progress: dict[str, Any] = {"epoch": -1, "best_loss": math.inf,
+                                "best_state": _plain_state(model), "stale": 0,
+                                "individual": ctx.individual_id}
+    saved = ctx.load_checkpoint()  # collective: the same answer on every rank
+    if saved is None:
+        return progress
+    if saved.state["progress"].get("individual", ctx.individual_id) == ctx.individual_id:
+        model.load_state_dict(saved.state["model"])
+        optimizer.load_state_dict(saved.state["optimizer"])
+        scheduler.load_state_dict(saved.state["scheduler"])
+        return dict(saved.state["progress"])
+    differs = _shape_mismatch(model, saved.state["model"])
+    if differs:
+        ctx.decline_inherited(f"the model's shapes differ: {differs}")
+        return progress
+    model.load_state_dict(saved.state["model"])
+    own = [(g["lr"], g.get("initial_lr", g["lr"])) for g in optimizer.param_groups]
+    optimizer.load_state_dict(saved.state["optimizer"])
+    for group, (lr, initial) in zip(optimizer.param_groups, own, strict=True):
+        group["lr"], group["initial_lr"] = lr, initial
+    return {**progress, "epoch": saved.epoch, "best_state": _plain_state(model)}
+
+
+def _shape_mismatch(model: nn.Module, state: Mapping[str, Any]) -> str:
+    """The first tensor of ``model`` that ``state`` lacks or holds in another shape ('': fits)."""
+    own = model.state_dict()
+    for name in sorted(set(own) | set(state)):
+        if name not in own or name not in state:
+            return f"{name} is in only one of them"
+        if tuple(own[name].shape) != tuple(state[name].shape):
+            return f"{name} is {tuple(state[name].shape)}, not {tuple(own[name].shape)}"
+    return ""
 
 
 def _train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimizer,

@@ -10,6 +10,9 @@ everything after it. Its root attributes name the run, the individual and the ep
 is the ``state`` tree of :mod:`atoll.record.state`. A file that is damaged (checksum, HDF5) or
 foreign (another run or individual) is never loaded: :meth:`CheckpointStore.load` warns, naming
 the file, and the evaluation starts from scratch.
+
+A checkpoint is deleted when its evaluation completes, unless children may inherit it
+(:class:`Retention`): then the island's best individuals keep theirs, and PBT's members.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 
+from atoll.individual import Individual, replaced_member
 from atoll.record import full
 from atoll.record._h5 import text, written_whole
 from atoll.record.paths import RunPaths
@@ -191,6 +195,66 @@ class CheckpointStore:
             raise ValueError(f"foreign: written for run {run_id or 'none'}, individual "
                              f"{owner} (this is run {self.run_id}, individual "
                              f"{individual_id})")
+
+
+class Retention:
+    """Which completed evaluations' checkpoints one worker leader keeps, for children to inherit.
+
+    A leader keeps only checkpoints of individuals it owns (those it evaluated, and on resume
+    those the restore gave it): while one is among the island's best ``keep`` or is a PBT
+    member not yet replaced. The others are deleted as they drop out, each said in an info line
+    (their weights, if offered, are kept apart by ``record.top_models``). ``keep = 0``: none is
+    kept, every checkpoint goes when its evaluation completes.
+    """
+
+    def __init__(self, store: CheckpointStore, keep: int, ranked: Sequence[Individual],
+                 pbt: bool = False) -> None:
+        self.store = store
+        self.keep = keep
+        self.ranked = ranked
+        """The island's active usable individuals, best first (the population's, kept live)."""
+        self.pbt = pbt
+        self.kept: set[int] = set()
+        self.members: set[int] = set()  # on a PBT island: results no later one replaced
+
+    def adopt(self, restored: Iterable[Individual], worker: int) -> None:
+        """On a resume: learn the island's restored individuals, take over the checkpoints of
+        those ``worker`` owns, and drop what is not wanted."""
+        if not self.keep:
+            return
+        for ind in sorted(restored, key=lambda i: i.id):
+            self._member(ind)
+            if ind.owner == worker and self.store.paths.checkpoint_file(ind.id).exists():
+                self.kept.add(ind.id)
+        self.prune()
+
+    def finished(self, ind: Individual) -> None:
+        """This leader's evaluation of ``ind`` completed (ok, failed or pruned)."""
+        if self.keep and ind.usable:
+            self.kept.add(ind.id)
+        else:
+            self.store.discard(ind.id)
+
+    def learn(self, ind: Individual) -> None:
+        """The island learned ``ind`` (any worker's): the members change."""
+        if self.keep:
+            self._member(ind)
+            self.prune()
+
+    def _member(self, ind: Individual) -> None:
+        if self.pbt:
+            self.members.discard(replaced_member(ind))
+            self.members.add(ind.id)
+
+    def prune(self) -> None:
+        """Delete kept checkpoints no child will inherit any more."""
+        wanted = {ind.id for ind in self.ranked[:self.keep]} | self.members
+        for ident in sorted(self.kept - wanted):
+            self.kept.discard(ident)
+            if self.store.paths.checkpoint_file(ident).exists():
+                log.info("checkpoint of individual %d deleted: no longer among its island's "
+                         "best %d (inherit.keep) nor a PBT member", ident, self.keep)
+                self.store.discard(ident)
 
 
 def checkpoint_bytes(paths: RunPaths) -> tuple[int, int]:

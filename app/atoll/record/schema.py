@@ -50,6 +50,8 @@ COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         "generation": ("generation on its island when it was bred", ""),
         "parent_a": ("first parent's id, -1 if none", ""),
         "parent_b": ("second parent's id, -1 if none", ""),
+        "inherit_from": ("individual whose checkpoint its training started from, -1 if none", ""),
+        "inherit_epoch": ("epoch of that checkpoint, -1 if none", ""),
         "origin": (f"how its parameters were made: {' or '.join(ORIGIN_NAMES)}", ""),
         "status": (f"how its evaluation ended: {', '.join(STATUS_NAMES)}", ""),
         "version": ("number of migrations before it was recorded", ""),
@@ -153,7 +155,8 @@ def param_doc(param: Param) -> str:
 def individual_dtype(space: Space) -> np.dtype:
     check_param_names(space)
     fixed = [("id", "i8"), ("island", "i4"), ("worker", "i4"), ("generation", "i8"),
-             ("parent_a", "i8"), ("parent_b", "i8"), ("origin", ORIGIN), ("status", STATUS),
+             ("parent_a", "i8"), ("parent_b", "i8"), ("inherit_from", "i8"),
+             ("inherit_epoch", "i4"), ("origin", ORIGIN), ("status", STATUS),
              ("version", "i4"), ("born", "f8"), ("started", "f8"), ("finished", "f8"),
              ("loss", "f8"), ("error", STR)]
     return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])

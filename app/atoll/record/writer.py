@@ -101,8 +101,9 @@ class WorkerLog:
                 from None
         parents = ind.parents
         self._individuals.append(
-            (ind.id, ind.island, ind.worker, ind.generation, parents[0], parents[1], ind.origin,
-             ind.status, ind.version, ind.born, ind.started, ind.finished, ind.loss, ind.error)
+            (ind.id, ind.island, ind.worker, ind.generation, parents[0], parents[1],
+             ind.inherit_from, ind.inherit_epoch, ind.origin, ind.status, ind.version, ind.born,
+             ind.started, ind.finished, ind.loss, ind.error)
             + params)
 
     def add_epoch(self, individual_id: int, epoch: int, time: float,

@@ -1,0 +1,348 @@
+"""Inherited weights and PBT: the strategy and its perturbation, the retention of checkpoints,
+and real mpirun searches of the digits classifier whose children inherit (a 2-rank DDP worker
+with the GA, two 1-rank workers with PBT, then a resume)."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from atoll.config import PbtConfig, load_config
+from atoll.engine.population import Population
+from atoll.engine.restore import restore_population, to_continue
+from atoll.engine.topology import plan_layout
+from atoll.errors import ConfigError
+from atoll.evolution.inherit import Inheriting, better_parent
+from atoll.evolution.pbt import PBT, explore
+from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin, Status, replaced_member
+from atoll.record import RunPaths, open_run, read_history
+from atoll.record.checkpoints import CheckpointStore, Retention
+from atoll.record.schema import individual_dtype
+from atoll.space import Space
+from conftest import atoll_cmd, mpirun_atoll, run
+
+SPACE = Space.from_dict({
+    "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
+    "gamma": {"type": "float", "low": 0.5, "high": 0.999},
+    "layers": {"type": "int", "low": 1, "high": 5},
+    "act": {"type": "categorical", "choices": ["a", "b", "c"]}})
+START = {"lr": 0.01, "gamma": 0.9, "layers": 3, "act": "b"}
+
+
+def explored(params: dict[str, Any], settings: PbtConfig, fixed: tuple[str, ...] = (),
+             draws: int = 300) -> dict[str, set[Any]]:
+    seen: dict[str, set[Any]] = {name: set() for name in SPACE.names}
+    for seed in range(draws):
+        for name, value in explore(params, SPACE, random.Random(seed), settings, fixed).items():
+            seen[name].add(round(value, 12) if isinstance(value, float) else value)
+    return seen
+
+
+def test_explore_perturbs_floats_by_its_factors_and_moves_the_others_one_step():
+    seen = explored(START, PbtConfig(resample=0.0, perturb=0.2))
+    assert seen["lr"] == {0.008, 0.012}
+    assert seen["gamma"] == {0.72, 0.999}  # 0.9 x 1.2 is clipped to the bound
+    assert seen["layers"] == {2, 4} and seen["act"] == {"a", "c"}
+    edge = explored({**START, "layers": 5, "act": "a"}, PbtConfig(resample=0.0))
+    assert edge["layers"] == {4} and edge["act"] == {"b"}
+
+
+def test_explore_resamples_from_the_space_and_never_moves_fixed_parameters():
+    seen = explored(START, PbtConfig(resample=1.0), fixed=("layers",))
+    assert seen["layers"] == {3}
+    assert seen["act"] == {"a", "b", "c"} and len(seen["lr"]) > 100
+    assert all(SPACE["lr"].contains(v) for v in seen["lr"])
+    some = explored(START, PbtConfig(resample=0.25, perturb=0.2))["lr"]
+    assert {0.008, 0.012} < some and len(some) > 10  # both: perturbed, or drawn anew
+
+
+def result(ident: int, loss: float, worker: int, params: dict[str, Any] | None = None,
+           **fields: Any) -> Individual:
+    return Individual(id=ident, params=dict(params or START), worker=worker, loss=loss,
+                      **fields)
+
+
+def test_pbt_starts_members_at_random_until_its_population_is_full():
+    pbt = PBT(SPACE, population_size=3, worker=0)
+    rng = random.Random(1)
+    for n in range(3):
+        child = pbt.ask([], rng, n)
+        assert child.origin == Origin.RANDOM and child.inherit_from == NO_PARENT
+        pbt.tell(result(n, float(n), worker=n % 2, params=child.params))
+    assert pbt.ask([], rng, 3).origin == Origin.PBT
+
+
+def test_pbt_trains_a_good_member_on_and_replaces_a_bad_one_by_a_perturbed_top_copy():
+    settings = PbtConfig(fraction=0.25, resample=0.0)
+    good, bad = PBT(SPACE, 4, worker=0, settings=settings), PBT(SPACE, 4, worker=1,
+                                                                 settings=settings)
+    members = [result(0, 0.1, 0), result(1, 0.9, 1), result(2, 0.3, 0),
+               result(3, 0.5, 1, params={**START, "lr": 0.5})]
+    for strategy in (good, bad):
+        for ind in members:
+            strategy.tell(ind)
+    child = good.ask([], random.Random(0), 10)  # worker 0's oldest member: id 0, the best
+    assert child.origin == Origin.PBT and child.params == START
+    assert child.parents == (0, NO_PARENT) and child.inherit_from == 0
+    copy = bad.ask([], random.Random(0), 11)  # worker 1's oldest: id 1, in the bottom quarter
+    assert copy.parents == (0, 1) and copy.inherit_from == 0  # the top quarter is member 0
+    assert copy.params != START and copy.params["lr"] in (0.008, 0.012)
+    bad.tell(result(11, 0.2, 1, params=copy.params, origin=Origin.PBT, parents=copy.parents))
+    assert set(bad.members) == {0, 2, 3, 11}  # the copy took member 1's place
+    assert replaced_member(copy) == 1 and replaced_member(child) == 0
+
+
+def test_a_failed_member_is_replaced_by_a_copy_of_a_top_one():
+    pbt = PBT(SPACE, 2, worker=1)
+    pbt.tell(result(0, 0.4, 0))
+    pbt.tell(result(1, math.nan, 1, status=Status.FAILED))
+    child = pbt.ask([], random.Random(3), 5)
+    assert child.parents == (0, 1) and child.inherit_from == 0
+
+
+def test_a_ga_child_inherits_from_its_better_parent_only_with_the_same_shapes():
+    ranked = [result(4, 0.1, 0, params={**START, "layers": 2}), result(7, 0.2, 0)]
+    child = Individual(id=9, params=dict(START), origin=Origin.GA, parents=(7, 4))
+    assert better_parent(child, ranked) == 4
+    assert better_parent(child, ranked, shape_params=("layers",)) == NO_PARENT
+    assert better_parent(Individual(id=9, params=dict(START)), ranked) == NO_PARENT
+
+    class Fixed:
+        def ask(self, ranked: Any, rng: Any, ident: int) -> Individual:
+            return Individual(id=ident, params=dict(START), origin=Origin.GA, parents=(4, 7))
+
+        def tell(self, result: Individual) -> None:
+            pass
+
+    assert Inheriting(Fixed()).ask(ranked, random.Random(0), 12).inherit_from == 4
+
+
+def saved(store: CheckpointStore, *ids: int) -> None:
+    for ident in ids:
+        store.save(ident, 1, {"w": np.arange(4.0)})
+
+
+def test_retention_keeps_the_island_best_and_deletes_the_rest_as_they_drop_out(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    population = Population()
+    kept = Retention(store, keep=2, ranked=population.ranked)
+    for ident, loss in ((0, 0.5), (1, 0.4), (2, 0.9), (3, 0.1)):
+        saved(store, ident)
+        ind = result(ident, loss, 0)
+        kept.finished(ind)
+        population.learn(ind)
+        kept.learn(ind)
+    assert sorted(store.paths.checkpoint_files()) == [1, 3]
+    failed = result(4, math.nan, 0, status=Status.FAILED)
+    saved(store, 4)
+    kept.finished(failed)
+    assert 4 not in store.paths.checkpoint_files()
+    off = Retention(store, keep=0, ranked=population.ranked)
+    off.finished(result(1, 0.4, 0))
+    assert sorted(store.paths.checkpoint_files()) == [3]
+
+
+def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    population = Population()
+    kept = Retention(store, keep=1, ranked=population.ranked, pbt=True)
+    inds = [result(0, 0.1, 0), result(1, 0.9, 0),
+            result(2, 0.8, 0, origin=Origin.PBT, parents=(1, NO_PARENT), inherit_from=1)]
+    for ind in inds:
+        saved(store, ind.id)
+        kept.finished(ind)
+        population.learn(ind)
+        kept.learn(ind)
+    assert sorted(store.paths.checkpoint_files()) == [0, 2]  # 1 was trained on by 2
+
+
+def test_interrupted_inheriting_evaluations_continue_with_their_lineage():
+    rows = np.zeros(2, dtype=individual_dtype(SPACE))
+    for n, (ident, status) in enumerate(((7, Status.INTERRUPTED), (8, Status.OK))):
+        rows[n]["id"], rows[n]["status"], rows[n]["inherit_from"] = ident, int(status), 3
+        rows[n]["inherit_epoch"], rows[n]["parent_a"], rows[n]["parent_b"] = 5, 3, NO_PARENT
+        rows[n]["origin"] = int(Origin.PBT)
+        for name, value in START.items():
+            rows[n][name] = value
+    unrecorded = {9: {"params": START, "origin": int(Origin.GA), "parents": [3, 4],
+                      "inherit_from": 4, "inherit_epoch": 2}}
+    waiting = to_continue(rows, SPACE, 1, 0, unrecorded)
+    assert [(i.id, i.inherit_from, i.inherit_epoch, i.origin) for i in waiting] == [
+        (7, 3, 5, Origin.PBT), (9, 4, 2, Origin.GA)]
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("inherit.enabled=1", "inherit.enabled: expected true or false, got 1"),
+    ("inherit.keep=0", "inherit.keep: expected an integer >= 1, got 0"),
+    ('inherit.shape_params=["depth"]', "inherit.shape_params: 'depth' is not a parameter of "
+     "[space] (parameters: conv_layers, activation, lr, gamma)"),
+    ("inherit.shape_params=3", "inherit.shape_params: expected a list of parameter names, got 3"),
+    ("pbt.fraction=0.6", "pbt.fraction: expected a number > 0 and <= 0.5, got 0.6"),
+    ("pbt.perturb=0", "pbt.perturb: expected a number > 0 and <= 0.99, got 0"),
+    ("pbt.resample=2", "pbt.resample: expected a probability in [0, 1], got 2"),
+    ('evolution.strategy="pdt"', "evolution.strategy: expected one of 'ga', 'cmaes', 'hybrid', "
+     "'pbt', got 'pdt'; did you mean 'pbt'?"),
+])
+def test_bad_settings_are_one_line(setting: str, message: str):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [setting])
+    assert str(err.value) == message
+
+
+def test_a_bad_setting_stops_the_command_with_one_line_and_exit_2(tmp_path):
+    done = run(atoll_cmd("search", "--run-dir", str(tmp_path / "run"), "--set",
+                         'inherit.shape_params=["depth"]'))
+    assert done.returncode == 2 and not (tmp_path / "run").exists()
+    assert done.stderr.strip().splitlines() == ["atoll: error: inherit.shape_params: 'depth' is "
+                                                "not a parameter of [space] (parameters: "
+                                                "conv_layers, activation, lr, gamma)"]
+
+
+# -- real searches --------------------------------------------------------------------------
+
+DIGITS = ["objective.options.epochs=2", "objective.options.batch_size=32",
+          "objective.options.patience=5", "search.islands=1", "migration.probability=0"]
+
+
+def search(run_dir: Path, ranks: int, *settings: str) -> None:
+    args = ["search", "--run-dir", str(run_dir)]
+    for item in (*DIGITS, *settings):
+        args += ["--set", item]
+    done = mpirun_atoll(ranks, *args, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def table(run_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
+    """Individuals by id, and each one's recorded epochs."""
+    run = open_run(run_dir)
+    rows = {int(r["id"]): {name: r[name].item() if hasattr(r[name], "item") else r[name]
+                           for name in run.individuals.dtype.names}
+            for r in run.individuals}
+    epochs: dict[int, list[int]] = {}
+    for ident, epoch in zip(run.epochs["individual"].tolist(), run.epochs["epoch"].tolist(),
+                            strict=True):
+        epochs.setdefault(ident, []).append(epoch)
+    return rows, {k: sorted(v) for k, v in epochs.items()}
+
+
+def check_lineage(rows: dict[int, dict[str, Any]], epochs: dict[int, list[int]]) -> int:
+    """Every inheriting individual continued at its parent's last epoch + 1 and trained its own
+    2 epochs; the others started at 0. Returns how many inherited."""
+    inherited = 0
+    for ident, row in rows.items():
+        parent = row["inherit_from"]
+        if parent == NO_PARENT:
+            assert row["inherit_epoch"] == NO_EPOCH and epochs[ident][0] == 0, row
+            continue
+        inherited += 1
+        assert row["inherit_epoch"] == epochs[parent][-1], row
+        assert epochs[ident] == [row["inherit_epoch"] + 1, row["inherit_epoch"] + 2], row
+        assert row["conv_layers"] == rows[parent]["conv_layers"]
+    return inherited
+
+
+@pytest.fixture(scope="module")
+def ga_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("inherit") / "ga"
+    search(run_dir, 2, "search.ranks_per_worker=2", "search.generations=8",
+           "inherit.enabled=true", "inherit.keep=2", "space.conv_layers.high=3")
+    return run_dir
+
+
+@pytest.mark.slow  # digits training under mpirun
+def test_ga_children_continue_from_their_better_parents_checkpoint(ga_run):
+    rows, epochs = table(ga_run)
+    assert check_lineage(rows, epochs) >= 1
+    declined = 0
+    for ident, row in rows.items():
+        parents = [p for p in (row["parent_a"], row["parent_b"]) if p != NO_PARENT]
+        if row["origin"] != int(Origin.GA) or not parents:
+            continue
+        better = min(parents, key=lambda p: (rows[p]["loss"], p))
+        if rows[better]["conv_layers"] == row["conv_layers"]:
+            # its parent was among the best 2 (the GA's pool): its checkpoint was still kept
+            assert row["inherit_from"] == better, row
+        else:  # the classifier declined the other shapes and trained from scratch
+            assert row["inherit_from"] == NO_PARENT and epochs[ident][0] == 0
+            declined += 1
+    logs = "".join(p.read_text() for p in (ga_run / "logs").glob("*.log"))
+    assert logs.count("shapes differ") == declined  # said once each
+
+
+@pytest.mark.slow  # digits training under mpirun
+def test_ga_retention_keeps_only_the_best_checkpoints(ga_run):
+    rows, _ = table(ga_run)
+    usable = sorted((r["loss"], i) for i, r in rows.items() if r["status"] == int(Status.OK))
+    files = sorted(RunPaths(ga_run).checkpoint_files())
+    assert files == sorted(i for _, i in usable[:2])
+
+
+@pytest.fixture(scope="module")
+def pbt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("inherit") / "pbt"
+    search(run_dir, 2, "search.ranks_per_worker=1", "search.generations=5",
+           "evolution.strategy=\"pbt\"", "inherit.keep=1",
+           "inherit.shape_params=[\"conv_layers\"]", "pbt.fraction=0.5")
+    return run_dir
+
+
+def members(rows: dict[int, dict[str, Any]]) -> set[int]:
+    replaced = set()
+    for row in rows.values():
+        if row["origin"] == int(Origin.PBT):
+            replaced.add(row["parent_b"] if row["parent_b"] != NO_PARENT else row["parent_a"])
+    return set(rows) - replaced
+
+
+@pytest.mark.slow  # digits training under mpirun
+def test_pbt_members_train_on_or_copy_a_top_member(pbt_run):
+    rows, epochs = table(pbt_run)
+    bred = [r for r in rows.values() if r["origin"] == int(Origin.PBT)]
+    # new members start at random until a worker has heard of 4 (results arrive asynchronously)
+    randoms = sum(r["origin"] == int(Origin.RANDOM) for r in rows.values())
+    assert randoms >= 4 and len(bred) == 10 - randoms >= 3
+    assert check_lineage(rows, epochs) == len(bred)
+    for row in bred:
+        assert row["inherit_from"] == row["parent_a"]
+        if row["parent_b"] == NO_PARENT:  # trained on with its own parameters
+            assert all(row[p] == rows[row["parent_a"]][p] for p in ("lr", "gamma", "activation"))
+    # retention: the best one and the members not replaced, nothing else
+    usable = sorted((r["loss"], i) for i, r in rows.items() if r["status"] == int(Status.OK))
+    wanted = {usable[0][1]} | members(rows)
+    assert set(RunPaths(pbt_run).checkpoint_files()) == wanted
+    assert len(wanted) <= 1 + 4
+
+
+@pytest.mark.slow  # digits training under mpirun
+def test_the_report_draws_the_lineage(pbt_run):
+    done = run(atoll_cmd("report", str(pbt_run)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "lineage.png" in done.stdout and "Lineage" not in done.stdout.split("Skipped")[-1]
+    png = pbt_run / "report" / "lineage.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert 'src="data:image/png;base64,' in (pbt_run / "report" / "report.html").read_text()
+
+
+@pytest.mark.slow  # digits training under mpirun
+def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
+    before, _ = table(pbt_run)
+    individuals, migrations = read_history(pbt_run, 1)
+    population = restore_population(individuals, migrations, open_run(pbt_run).space,
+                                    plan_layout(2, 1, 1), 0)
+    for ind in population:
+        assert (ind.inherit_from, ind.inherit_epoch) == (
+            before[ind.id]["inherit_from"], before[ind.id]["inherit_epoch"])
+    args = ["resume", str(pbt_run), "--set", "search.evaluations=14"]
+    done = mpirun_atoll(2, *args, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows, epochs = table(pbt_run)
+    assert len(rows) == 14
+    assert all(rows[i]["inherit_from"] == r["inherit_from"] for i, r in before.items())
+    check_lineage(rows, epochs)
+    across = [r for i, r in rows.items() if i not in before and r["inherit_from"] in before]
+    assert across  # the next job's children started from checkpoints the first job kept
