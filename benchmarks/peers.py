@@ -87,8 +87,10 @@ def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[
     side, islands, extra = CONTENDERS[name]
     tasks = [{**task(JUDGED_SLEEP, evaluations // ranks, seed, ranks=ranks, islands=islands,
                      function=function), "dims": DIMENSIONS, **extra} for seed in SEEDS]
-    # One mpirun per seed: Optuna's TPE needs a minute or more for one 2000-trial search here.
-    results = [launch(side, ranks, [t]).results[0] for t in tasks]
+    # Optuna: one mpirun per seed (its TPE needs a minute or more for one 2000-trial search
+    # here); the others run every seed in one, as the quality rows do.
+    results = ([launch(side, ranks, [t]).results[0] for t in tasks] if side == "optuna"
+               else launch(side, ranks, tasks).results)
     for t, r in zip(tasks, results, strict=True):
         if r["evaluations"] != evaluations:
             raise RuntimeError(f"{name} {function} seed {t['seed']}: {r['evaluations']} "

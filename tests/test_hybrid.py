@@ -165,18 +165,30 @@ def picks(breeder: Hybrid, rng: random.Random, n: int) -> float:
 
 
 def test_a_stalled_island_keeps_both_strategies_breeding_after_a_lock_on():
-    """CMA-ES found every new best and holds the share at 1 - FLOOR; then the island stalls
-    (no new best from anyone): the GA's floor grows with the stall until it breeds about
-    STALLED_FLOOR of the candidates, and one new best brings the floor back to FLOOR."""
+    """CMA-ES found a new best with every other result and holds the share at 1 - FLOOR; then
+    the island stalls (no new best from anyone): once the stall is 2 x PATIENCE usual gaps long,
+    the GA breeds about STALLED_FLOOR of the candidates although pursuit still locks it out,
+    and one new best brings the floor back to FLOOR."""
     breeder, rng = fresh(), random.Random(1)
     tell_and_ask(breeder, [result(i, -i if i % 2 else 1000.0,
                                   Origin.CMAES if i % 2 else Origin.GA) for i in range(400)], rng)
     assert breeder.cmaes_share == pytest.approx(1.0 - hybrid.FLOOR)
     assert picks(breeder, rng, 2000) > 1.0 - 3 * hybrid.FLOOR
-    tell_and_ask(breeder, [result(i, 1000.0, Origin.CMAES) for i in range(400, 400 + int(
-        hybrid.STALL))], rng)
+    stall = int(2 * hybrid.PATIENCE * 2) + 1  # the usual gap is 2 results
+    tell_and_ask(breeder, [result(i, 1000.0, Origin.CMAES) for i in range(400, 400 + stall)], rng)
     assert breeder.cmaes_share > 1.0 - 2 * hybrid.FLOOR  # the pursuit alone still locks on
     assert breeder.floor() == pytest.approx(hybrid.STALLED_FLOOR)
     assert picks(breeder, rng, 2000) == pytest.approx(1.0 - hybrid.STALLED_FLOOR, abs=0.04)
     tell_and_ask(breeder, [result(600, -1000.0, Origin.CMAES)], rng)
     assert breeder.floor() == pytest.approx(hybrid.FLOOR)
+
+
+def test_a_slow_steady_refinement_is_not_a_stall():
+    """CMA-ES finds a new best only every 40th result, but it always has: the floor stays at
+    FLOOR through each gap (a fixed count of results would read each gap as a stall)."""
+    breeder, rng = fresh(), random.Random(2)
+    floors = []
+    for i in range(1200):
+        tell_and_ask(breeder, [result(i, -i if i % 40 == 0 else 1000.0, Origin.CMAES)], rng)
+        floors.append(breeder.floor())
+    assert max(floors[400:]) == pytest.approx(hybrid.FLOOR)

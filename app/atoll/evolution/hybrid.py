@@ -23,10 +23,13 @@ lead again, for a burst of candidates, only when its last failure has all but fa
 
 Pursuit locks on: once one strategy leads, the other breeds too rarely to show that it would do
 better, and on a rugged function CMA-ES converging into a local basin can keep the lead while the
-island finds nothing new. So the floor grows with stagnation: after STALL results without a new
-best of the island, each strategy breeds at least STALLED_FLOOR of the candidates, whatever the
-pursuit says; the next new best brings the floor back to FLOOR. While the island improves (CMA-ES
-on a smooth function) the floor stays low and costs the leader little. The measurements behind
+island finds nothing new. So the floor grows with stagnation, measured in the island's own usual
+gap between new bests: after PATIENCE such gaps without one it grows, and after twice as many
+each strategy breeds at least STALLED_FLOOR of the candidates, whatever the pursuit says; the
+next new best brings the floor back to FLOOR. While the island improves at its usual pace
+(CMA-ES on a smooth function, however slowly it finds new bests) the floor stays at FLOOR and
+costs the leader nothing; a fixed count of results would read a slow, steady refinement as a
+stall. The measurements behind
 these choices are in benchmarks/RESULTS.md and the README's "Which strategy".
 
 The state is not recorded: on resume it is rebuilt from the restored results the loop tells it,
@@ -49,11 +52,15 @@ FLOOR = 0.01
 """The least probability either strategy keeps while the island keeps finding new bests."""
 
 STALLED_FLOOR = 0.25
-"""The least probability either strategy keeps once the island has found no new best for
-STALL results: a strategy locked out on a landscape it would have crossed gets tried again."""
+"""The least probability either strategy keeps once the island has stalled: a strategy locked
+out on a landscape it would have crossed gets tried again."""
 
-STALL = 100.0
-"""Results without a new best over which the floor grows from FLOOR to STALLED_FLOOR."""
+PATIENCE = 3.0
+"""A stall is this many of the island's usual gaps between new bests without one; the floor
+grows from FLOOR to STALLED_FLOOR over as many more."""
+
+GAP_MEMORY = 0.2
+"""The weight of the latest gap in the usual gap (an exponential average over about five)."""
 
 PURSUIT = 0.1
 """How far each result moves the probability of CMA-ES towards its target (Thierens's beta)."""
@@ -82,6 +89,8 @@ class Hybrid:
         self._best = float("inf")
         self._stalled = 0
         """Credited results since the island's last new best."""
+        self._gap = 1.0
+        """The usual number of credited results from one new best of the island to the next."""
         self._told = Told()
 
     def __repr__(self) -> str:
@@ -97,8 +106,9 @@ class Hybrid:
 
     def floor(self) -> float:
         """The least probability either strategy has now: FLOOR, growing towards
-        STALLED_FLOOR the longer the island has gone without a new best."""
-        return FLOOR + (STALLED_FLOOR - FLOOR) * min(1.0, self._stalled / STALL)
+        STALLED_FLOOR once the island has gone PATIENCE usual gaps without a new best."""
+        over = self._stalled / self._gap / PATIENCE - 1.0
+        return FLOOR + (STALLED_FLOOR - FLOOR) * min(1.0, max(0.0, over))
 
     def tell(self, result: Individual) -> None:
         self._told.add(result)
@@ -125,7 +135,10 @@ class Hybrid:
             self._best = min(self._best, ind.loss)
             if strategy is None:
                 continue
-            self._stalled = 0 if improved else self._stalled + 1
+            self._stalled += 1
+            if improved:
+                self._gap += GAP_MEMORY * (self._stalled - self._gap)
+                self._stalled = 0
             self.tries = [t * forget for t in self.tries]
             self.successes = [s * forget for s in self.successes]
             self.tries[strategy] += 1.0
