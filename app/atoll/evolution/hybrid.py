@@ -56,8 +56,9 @@ STALLED_FLOOR = 0.25
 out on a landscape it would have crossed gets tried again."""
 
 PATIENCE = 3.0
-"""A stall is this many of the island's usual gaps between new bests without one; the floor
-grows from FLOOR to STALLED_FLOOR over as many more."""
+"""A stall is this many of the island's usual gaps between new bests without one (a gap is at
+least one generation of CMA-ES); the floor grows from FLOOR to STALLED_FLOOR over as many
+more."""
 
 GAP_MEMORY = 0.2
 """The weight of the latest gap in the usual gap (an exponential average over about five)."""
@@ -107,7 +108,8 @@ class Hybrid:
     def floor(self) -> float:
         """The least probability either strategy has now: FLOOR, growing towards
         STALLED_FLOOR once the island has gone PATIENCE usual gaps without a new best."""
-        over = self._stalled / self._gap / PATIENCE - 1.0
+        usual = max(self._gap, self.cmaes.generation)
+        over = self._stalled / usual / PATIENCE - 1.0
         return FLOOR + (STALLED_FLOOR - FLOOR) * min(1.0, max(0.0, over))
 
     def tell(self, result: Individual) -> None:
