@@ -33,7 +33,7 @@ DEFAULT_COST = 2.0
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "Atoll GA": ("atoll", {"evolution": {"strategy": "ga"}}),
     "Atoll CMA-ES": ("atoll", {"evolution": {"strategy": "cmaes"}}),
-    "Atoll hybrid (default)": ("atoll", {}),
+    "Atoll hybrid (default)": ("atoll", {"evolution": {}}),
     "Optuna CMA-ES": ("optuna", {"sampler": "cmaes"}),
 }
 DEFAULT = "Atoll hybrid (default)"
