@@ -12,19 +12,20 @@ mpirun per search. The contenders:
   result, as Optuna's workers share one study);
 - Atoll's mixed islands: ``evolution.island_strategies = ["ga", "cmaes"]``, 2 islands, the
   same migration as the GA;
-- Atoll's hybrid: ``evolution.strategy = "hybrid"`` on 1 island (CMA-ES and the GA breed for
-  one population, each candidate from the one with more recent new bests);
+- Atoll's hybrid, the default (``[evolution]`` left at its defaults), on 1 island: CMA-ES and
+  the GA breed for one population, each candidate from the one with more recent new bests, with
+  a floor for the other that grows while the island stalls;
 - Propulate 1.2.2's default propagator, 2 islands, as in the quality rows;
 - Optuna 5 with ``TPESampler`` and with ``CmaEsSampler`` (its defaults), one study per search
   in a journal file that every rank shares (benchmarks/optuna_side.py).
 
-The medians are over SEEDS seeds. Verdicts, per row:
+The medians are over SEEDS seeds. Verdicts, per row, on Atoll's default (DEFAULT, the hybrid:
+``evolution`` left at its defaults, 1 island), as the default-search issue sets them:
 
-- Atoll's default (DEFAULT) is not worse than Propulate's (the quality rows' one-sided rank
-  test at level ALPHA);
-- Atoll's best configuration (BEST, the hybrid) has, on the smooth functions (SMOOTH), a median
-  best loss at most 2x Optuna's CMA-ES, and on the strongly multimodal ones a lower one than
-  both of Optuna's samplers (the GA's lead, as the issue measured it).
+- its median best loss is at most NEAR x the best contender's median (Atoll's or a peer's);
+- its worst seed is no worse than Propulate's median;
+- it is not worse than Propulate's default (the quality rows' one-sided rank test at level
+  ALPHA).
 
 Optuna's samplers cost tens of milliseconds per trial with a journal file (every trial reads
 the study), so the whole table (PRESETS["full"]: four layouts, 10 seeds) takes hours and is
@@ -44,7 +45,6 @@ from throughput import task
 
 DIMENSIONS = 10
 FUNCTIONS = ("sphere", "rosenbrock", "griewank", "ackley", "rastrigin", "schwefel")
-SMOOTH = ("sphere", "rosenbrock", "griewank", "ackley")
 PRESETS = {"quick": ("4x400,8x400", 5), "full": ("4x400,8x400,4x2000,8x2000", 10)}
 """Layouts (ranks x evaluations) and seeds of ``make bench`` and ``make bench-full``."""
 LAYOUTS: tuple[tuple[int, ...], ...] = ()
@@ -64,19 +64,22 @@ configure("full")
 
 # name: (side, islands, what the task adds)
 CONTENDERS: dict[str, tuple[str, int, dict[str, Any]]] = {
-    "Atoll GA, fixed step": ("atoll", 2, {"evolution": {"sigma_rule": "fixed"}}),
-    "Atoll GA, success rule": ("atoll", 2, {"evolution": {"sigma_rule": "success"}}),
+    "Atoll GA, fixed step": ("atoll", 2, {"evolution": {"strategy": "ga",
+                                                        "sigma_rule": "fixed"}}),
+    "Atoll GA, success rule": ("atoll", 2, {"evolution": {"strategy": "ga",
+                                                          "sigma_rule": "success"}}),
     "Atoll CMA-ES": ("atoll", 1, {"evolution": {"strategy": "cmaes"}}),
     "Atoll mixed": ("atoll", 2, {"evolution": {"island_strategies": ["ga", "cmaes"],
                                                "sigma_rule": "success"}}),
-    "Atoll hybrid": ("atoll", 1, {"evolution": {"strategy": "hybrid"}}),
+    "Atoll hybrid (default)": ("atoll", 1, {"evolution": {}}),
     "Propulate": ("propulate", 2, {}),
     "Optuna TPE": ("optuna", 1, {"sampler": "tpe"}),
     "Optuna CMA-ES": ("optuna", 1, {"sampler": "cmaes"}),
 }
 ATOLL = tuple(name for name in CONTENDERS if name.startswith("Atoll"))
-DEFAULT = "Atoll GA, success rule"
-BEST, PEER = "Atoll hybrid", "Optuna CMA-ES"
+DEFAULT = "Atoll hybrid (default)"
+NEAR = 1.5
+GA = "Atoll GA, success rule"
 PEERS = tuple(name for name in CONTENDERS if name not in ATOLL)
 OPTUNA = tuple(name for name in PEERS if name.startswith("Optuna"))
 
@@ -86,8 +89,10 @@ def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[
     side, islands, extra = CONTENDERS[name]
     tasks = [{**task(JUDGED_SLEEP, evaluations // ranks, seed, ranks=ranks, islands=islands,
                      function=function), "dims": DIMENSIONS, **extra} for seed in SEEDS]
-    # One mpirun per seed: Optuna's TPE needs a minute or more for one 2000-trial search here.
-    results = [launch(side, ranks, [t]).results[0] for t in tasks]
+    # Optuna: one mpirun per seed (its TPE needs a minute or more for one 2000-trial search
+    # here); the others run every seed in one, as the quality rows do.
+    results = ([launch(side, ranks, [t]).results[0] for t in tasks] if side == "optuna"
+               else launch(side, ranks, tasks).results)
     for t, r in zip(tasks, results, strict=True):
         if r["evaluations"] != evaluations:
             raise RuntimeError(f"{name} {function} seed {t['seed']}: {r['evaluations']} "
@@ -95,17 +100,18 @@ def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[
     return [r["best"] for r in results]
 
 
-def verdict(function: str, losses: dict[str, list[float]]) -> tuple[str, bool]:
-    """The row's target text and whether it is met."""
+def verdict(losses: dict[str, list[float]]) -> tuple[str, bool]:
+    """The row's target text and whether the default meets it."""
+    medians = {name: statistics.median(v) for name, v in losses.items()}
+    best = min(medians, key=lambda name: medians[name])
+    propulate = medians["Propulate"]
     p_value = p_worse(losses[DEFAULT], losses["Propulate"])
-    best = statistics.median(losses[BEST])
-    if function in SMOOTH:
-        quality, met = f"{BEST} <= 2 x {PEER}", best <= 2 * statistics.median(losses[PEER])
-    else:
-        quality = f"{BEST} below {' and '.join(OPTUNA)}"
-        met = all(best < statistics.median(losses[name]) for name in OPTUNA)
-    return (f"default not worse than Propulate (p = {p_value:.2g} >= {ALPHA}); {quality}",
-            p_value >= ALPHA and met)
+    near = medians[DEFAULT] <= NEAR * medians[best]
+    worst = max(losses[DEFAULT]) <= propulate
+    return (f"default <= {NEAR:g} x best ({best}); worst seed ({fmt(max(losses[DEFAULT]))}) "
+            f"<= Propulate's median ({fmt(propulate)}); not worse than Propulate (p = "
+            f"{p_value:.2g} >= {ALPHA})",
+            near and worst and p_value >= ALPHA)
 
 
 def run(log: Any = print) -> tuple[list[Row], list[str]]:
@@ -117,16 +123,17 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
             losses = {name: best_losses(name, function, ranks, evaluations)
                       for name in CONTENDERS}
             medians = {name: statistics.median(v) for name, v in losses.items()}
-            target, met = verdict(function, losses)
+            target, met = verdict(losses)
+            best = min(medians.values())
             atoll = " / ".join(fmt(medians[n]) for n in ATOLL)
             other = " / ".join(fmt(medians[n]) for n in PEERS)
             rows.append(Row(
                 f"peers, {function} {DIMENSIONS}-d, {ranks} ranks, {evaluations} evaluations "
                 f"of {JUDGED_SLEEP * 1e3:g} ms: median best loss over {len(SEEDS)} seeds "
-                "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed / hybrid; "
-                "other: Propulate / Optuna TPE / Optuna CMA-ES); ratio: Atoll's hybrid / Optuna "
-                "CMA-ES", atoll, other, f"{medians[BEST] / medians[PEER]:.2g}"
-                if medians[PEER] > 0 else "-", target, met))
+                "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed / hybrid, the "
+                "default; other: Propulate / Optuna TPE / Optuna CMA-ES); ratio: the default / "
+                "the best contender", atoll, other,
+                f"{medians[DEFAULT] / best:.2g}" if best > 0 else "-", target, met))
             log(f"  {function}, {ranks} ranks, {evaluations}: " + ", ".join(
                 f"{n} {fmt(m)}" for n, m in medians.items()) + f"; {target}: "
                 f"{'met' if met else 'MISSED'}")
@@ -135,7 +142,8 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
                              f"{n}: {', '.join(f'{v:.3g}' for v in vs)}"
                              for n, vs in losses.items())
                          + f"; P({DEFAULT} beats Propulate) = "
-                         f"{better(losses[DEFAULT], losses['Propulate']):.2f}")
+                         f"{better(losses[DEFAULT], losses['Propulate']):.2f}, P(it beats the "
+                         f"GA) = {better(losses[DEFAULT], losses[GA]):.2f}")
     return rows, notes
 
 

@@ -77,10 +77,11 @@ costs about 1 s of each `MPI_Init` here; the second startup row shows all sides 
   (benchmarks/atoll_side.py), config: the objective `objectives:sleep_objective`, the
   function's space as float parameters x0..x(n-1), `search.generations` = evaluations per
   worker, `search.islands` = 2, `migration.mode = "migration"`, `migration.probability` =
-  {common.MIGRATION_PROBABILITY} (per worker and evaluation), `migration.migrants` = 1; all else
-  default: the default propagator with crossover 0.7, mutation 0.4, random_init 0.1,
-  sigma_factor 0.05 adapted by the success rule (`sigma_rule = "success"`), selection "best",
-  population size 2 x the workers of an island; recording
+  {common.MIGRATION_PROBABILITY} (per worker and evaluation), `migration.migrants` = 1,
+  `evolution.strategy = "ga"` (Propulate's algorithm; the peers rows run the default, the
+  hybrid of CMA-ES and the GA, beside it); all else default: crossover 0.7, mutation 0.4,
+  random_init 0.1, sigma_factor 0.05 adapted by the success rule (`sigma_rule = "success"`),
+  selection "best", population size 2 x the workers of an island; recording
   on (HDF5 worker logs, flush_interval 5 s, every individual recorded - checked: records =
   evaluations). Wall and objective time are Atoll's own: `JobSummary.wall_seconds` (from a
   barrier after the job's setup - restoring, creating the worker logs, building the operators -

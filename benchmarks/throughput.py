@@ -35,7 +35,11 @@ TARGET = f"<= 0.1 x Propulate in this run (issue: 10x less, about {ISSUE_MS} ms)
 
 def task(sleep: float, per_worker: int, seed: int, *, ranks: int = RANKS,
          islands: int = ISLANDS, function: str = "sphere") -> dict[str, Any]:
-    """One search, in the form every side reads (see atoll_side.py, propulate_side.py)."""
+    """One search, in the form every side reads (see atoll_side.py, propulate_side.py).
+
+    Atoll runs its GA (``evolution.strategy = "ga"``), Propulate's algorithm, so that these rows
+    compare two implementations of one search; the peers and strategy-cost rows set their own
+    ``evolution`` table (the default, the hybrid, among them)."""
     island_workers = ranks // islands
     return {
         "function": function, "seed": seed, "sleep": sleep, "evals_per_worker": per_worker,
@@ -44,6 +48,7 @@ def task(sleep: float, per_worker: int, seed: int, *, ranks: int = RANKS,
         # gives the same per-worker rate as Atoll's where it fits into [0, 1].
         "propulate_migration": min(1.0, MIGRATION_PROBABILITY * island_workers),
         "pop_size": 2 * island_workers,  # Atoll's default: 2 x the workers of an island
+        "evolution": {"strategy": "ga"},
     }
 
 

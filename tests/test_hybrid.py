@@ -137,10 +137,11 @@ def test_hybrid_refines_like_cmaes_and_crosses_basins_like_the_ga():
 
 
 def test_hybrid_islands_run_migrate_and_resume_to_their_budget(tmp_path):
+    """No strategy set: the default is the hybrid on every island."""
     run_dir = tmp_path / "hybrid"
     first = mpirun_atoll(4, "search", "--config", "examples/sphere.toml", "--run-dir",
                          str(run_dir), "--set", "search.islands=2", "--set",
-                         "evolution.strategy=hybrid", "--set", "migration.probability=0.3",
+                         "migration.probability=0.3",
                          "--set", "search.evaluations=80", "-q")
     assert first.returncode == 0, first.stderr[-3000:]
     again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=200", "-q")
@@ -155,3 +156,45 @@ def test_hybrid_islands_run_migrate_and_resume_to_their_budget(tmp_path):
     # The resumed job learned the first one's results: it breeds from them and improves on them.
     first_best = float(np.min(ind["loss"][ind["id"] < 80]))
     assert float(np.min(ind["loss"][ind["id"] >= 80])) < first_best
+
+
+def picks(breeder: Hybrid, rng: random.Random, n: int) -> float:
+    """The share of ``n`` candidates CMA-ES breeds now (nothing told in between)."""
+    ranked = [result(0, 0.0, Origin.CMAES), result(1, 1.0, Origin.GA)]
+    return sum(breeder.ask(ranked, rng, -1).origin == Origin.CMAES for _ in range(n)) / n
+
+
+def test_a_stalled_island_keeps_both_strategies_breeding_after_a_lock_on():
+    """CMA-ES found a new best with every other result and holds the share at 1 - FLOOR; then
+    the island stalls (no new best from anyone): once the stall is 2 x PATIENCE usual gaps long
+    (a gap of at least one CMA-ES generation),
+    the GA breeds about STALLED_FLOOR of the candidates although pursuit still locks it out,
+    and one new best brings the floor back to FLOOR."""
+    breeder, rng = fresh(), random.Random(1)
+    tell_and_ask(breeder, [result(i, -i if i % 2 else 1000.0,
+                                  Origin.CMAES if i % 2 else Origin.GA) for i in range(400)], rng)
+    assert breeder.cmaes_share == pytest.approx(1.0 - hybrid.FLOOR)
+    assert picks(breeder, rng, 2000) > 1.0 - 3 * hybrid.FLOOR
+    floors = []
+    for i in range(400, 1400):
+        tell_and_ask(breeder, [result(i, 1000.0, Origin.CMAES)], rng)
+        floors.append(breeder.floor())
+        if floors[-1] == pytest.approx(hybrid.STALLED_FLOOR):
+            break
+    assert floors[0] == pytest.approx(hybrid.FLOOR)
+    assert floors[-1] == pytest.approx(hybrid.STALLED_FLOOR)
+    assert breeder.cmaes_share > 0.9  # the pursuit alone still locks the GA out
+    assert picks(breeder, rng, 2000) == pytest.approx(1.0 - hybrid.STALLED_FLOOR, abs=0.04)
+    tell_and_ask(breeder, [result(1400, -1000.0, Origin.CMAES)], rng)
+    assert breeder.floor() == pytest.approx(hybrid.FLOOR)
+
+
+def test_a_slow_steady_refinement_is_not_a_stall():
+    """CMA-ES finds a new best only every 40th result, but it always has: the floor stays at
+    FLOOR through each gap (a fixed count of results would read each gap as a stall)."""
+    breeder, rng = fresh(), random.Random(2)
+    floors = []
+    for i in range(1200):
+        tell_and_ask(breeder, [result(i, -i if i % 40 == 0 else 1000.0, Origin.CMAES)], rng)
+        floors.append(breeder.floor())
+    assert max(floors[400:]) == pytest.approx(hybrid.FLOOR)

@@ -134,8 +134,10 @@ class EvolutionConfig:
     sigma_factor: float = 0.05
     selection: str = "best"
     tournament_size: int = 3
-    strategy: str = "ga"
-    """Every island's strategy, unless ``island_strategies`` names one per island."""
+    strategy: str = "hybrid"
+    """Every island's strategy, unless ``island_strategies`` names one per island: by default
+    CMA-ES and the GA on each island, since which one a landscape favours is rarely known in
+    advance (README, "Which strategy")."""
     island_strategies: tuple[str, ...] = ()
     sigma_rule: str = "success"
     """``fixed``: every Gaussian step has ``sigma_factor``; ``success``: each worker adapts it

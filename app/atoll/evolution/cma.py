@@ -99,6 +99,14 @@ class CMAES:
         return f"CMAES(numeric={len(self.numeric)}, categorical={len(self.categorical)})"
 
     @property
+    def generation(self) -> int:
+        """Results per update of the distribution (CMA-ES's population size, which grows with
+        each restart)."""
+        if self._cma is not None:
+            return int(self._cma.population_size)
+        return self.population_size or 4 + int(3 * math.log(max(len(self.numeric), 2)))
+
+    @property
     def mean(self) -> np.ndarray | None:
         """The distribution's mean in unit space (None before the first call)."""
         return None if self._cma is None else self._cma.mean.copy()

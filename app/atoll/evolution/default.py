@@ -1,5 +1,6 @@
-"""The default strategy: Propulate's genetic algorithm, as a pipeline of Atoll operators, with
-the success rule adapting its step; and the strategy each island runs."""
+"""The GA: Propulate's genetic algorithm, as a pipeline of Atoll operators, with the success rule
+adapting its step; and the strategy each island runs (by default the hybrid of CMA-ES and this
+GA, :mod:`atoll.evolution.hybrid`)."""
 
 from __future__ import annotations
 

@@ -12,18 +12,25 @@ pursuit strategy for allocating operator probabilities"): each result of the isl
 the strategy that bred it (its ``origin``), a success being a new best loss of the island. Each
 strategy's success rate per candidate is remembered over about WINDOW results; with every result,
 the probability of picking CMA-ES moves by PURSUIT towards 1 - FLOOR while CMA-ES has the higher
-rate and towards FLOOR while the GA has. Probability matching (picking in proportion to the rates)
-was measured first: the GA's small improvements on a smooth function kept it at a tenth of the
-candidates, which cost CMA-ES two orders of magnitude on sphere.
+rate and towards FLOOR while the GA has. (Probability matching, picking in proportion to the
+rates, kept the GA's small improvements on a smooth function at a large share of the
+candidates.)
 
-The strategy at the floor is tried about once in a hundred candidates, and between tries its
-record fades. Each rate is shrunk towards the island's pooled rate by SHRINK pseudo-tries
-(empirical Bayes: a Beta prior centred on what the island achieves), so a faded record reads as
-the island's rate, a hair above the leader's (the pooled rate holds PRIOR's 1/2): the strategy
-at the floor takes the lead again, for a burst of candidates, only when its last failure has
-all but faded. Those bursts re-probe the GA on a rugged function, where it then takes over;
-without them (a pooled rate without PRIOR) the GA never takes over there in time. The
-measurements behind these choices are in benchmarks/RESULTS.md.
+Each rate is shrunk towards the island's pooled rate by SHRINK pseudo-tries (empirical Bayes: a
+Beta prior centred on what the island achieves), so a faded record reads as the island's rate, a
+hair above the leader's (the pooled rate holds PRIOR's 1/2): the strategy at the floor takes the
+lead again, for a burst of candidates, only when its last failure has all but faded.
+
+Pursuit locks on: once one strategy leads, the other breeds too rarely to show that it would do
+better, and on a rugged function CMA-ES converging into a local basin can keep the lead while the
+island finds nothing new. So the floor grows with stagnation, measured in the island's own usual
+gap between new bests: after PATIENCE such gaps without one it grows, and after twice as many
+each strategy breeds at least STALLED_FLOOR of the candidates, whatever the pursuit says; the
+next new best brings the floor back to FLOOR. While the island improves at its usual pace
+(CMA-ES on a smooth function, however slowly it finds new bests) the floor stays at FLOOR and
+costs the leader nothing; a fixed count of results would read a slow, steady refinement as a
+stall. The measurements behind
+these choices are in benchmarks/RESULTS.md and the README's "Which strategy".
 
 The state is not recorded: on resume it is rebuilt from the restored results the loop tells it,
 in order of id.
@@ -42,7 +49,19 @@ WINDOW = 100
 """Results over which success rates are remembered (an exponential forgetting horizon)."""
 
 FLOOR = 0.01
-"""The least probability either strategy keeps, so that a change of regime is noticed."""
+"""The least probability either strategy keeps while the island keeps finding new bests."""
+
+STALLED_FLOOR = 0.25
+"""The least probability either strategy keeps once the island has stalled: a strategy locked
+out on a landscape it would have crossed gets tried again."""
+
+PATIENCE = 3.0
+"""A stall is this many of the island's usual gaps between new bests without one (a gap is at
+least one generation of CMA-ES); the floor grows from FLOOR to STALLED_FLOOR over as many
+more."""
+
+GAP_MEMORY = 0.2
+"""The weight of the latest gap in the usual gap (an exponential average over about five)."""
 
 PURSUIT = 0.1
 """How far each result moves the probability of CMA-ES towards its target (Thierens's beta)."""
@@ -69,6 +88,10 @@ class Hybrid:
         self.cmaes_share = 0.5
         """The probability that the next candidate comes from CMA-ES."""
         self._best = float("inf")
+        self._stalled = 0
+        """Credited results since the island's last new best."""
+        self._gap = 1.0
+        """The usual number of credited results from one new best of the island to the next."""
         self._told = Told()
 
     def __repr__(self) -> str:
@@ -82,6 +105,13 @@ class Hybrid:
                      for s, t in zip(self.successes, self.tries, strict=True))
         return BY_CMAES if cmaes >= ga else BY_GA
 
+    def floor(self) -> float:
+        """The least probability either strategy has now: FLOOR, growing towards
+        STALLED_FLOOR once the island has gone PATIENCE usual gaps without a new best."""
+        usual = max(self._gap, self.cmaes.generation)
+        over = self._stalled / usual / PATIENCE - 1.0
+        return FLOOR + (STALLED_FLOOR - FLOOR) * min(1.0, max(0.0, over))
+
     def tell(self, result: Individual) -> None:
         self._told.add(result)
         self.cmaes.tell(result)
@@ -90,7 +120,9 @@ class Hybrid:
     def ask(self, individuals: Sequence[Individual], rng: random.Random,
             ident: int) -> Individual:
         self._credit()
-        pick = self.cmaes if rng.random() < self.cmaes_share else self.ga
+        floor = self.floor()
+        share = min(max(self.cmaes_share, floor), 1.0 - floor)
+        pick = self.cmaes if rng.random() < share else self.ga
         child = pick.ask(individuals, rng, ident)
         assert isinstance(child, Individual)  # neither breeds a continuation
         return child
@@ -105,6 +137,10 @@ class Hybrid:
             self._best = min(self._best, ind.loss)
             if strategy is None:
                 continue
+            self._stalled += 1
+            if improved:
+                self._gap += GAP_MEMORY * (self._stalled - self._gap)
+                self._stalled = 0
             self.tries = [t * forget for t in self.tries]
             self.successes = [s * forget for s in self.successes]
             self.tries[strategy] += 1.0
