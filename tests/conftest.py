@@ -9,7 +9,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,3 +151,39 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def _slurm_unavailable() -> str:
+    from slurm_cluster import missing_tools
+
+    if missing := missing_tools():
+        return (f"SLURM is not installed ({', '.join(missing)} missing): as root, "
+                "apt-get install -y slurm-wlm munge libpmix-dev")
+    if os.geteuid() != 0:
+        return "slurmd must run as root to start jobs; run these tests as root"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[Any]:
+    """One local two-node SLURM (tests/slurm_cluster.py) for every module's SLURM tests.
+
+    Where SLURM is missing or we are not root they skip and say why; with CI=true they fail
+    instead, so that CI always runs them (.ci/run installs SLURM)."""
+    from slurm_cluster import SlurmCluster
+
+    reason = _slurm_unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the SLURM tests cannot run: {reason}")
+        pytest.skip(reason)
+    # munged runs as the munge user: pytest's own temp dirs (mode 700) are closed to it
+    root = Path(tempfile.mkdtemp(prefix="atoll-slurm-"))
+    root.chmod(0o755)
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -21,7 +21,7 @@ from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run
 from atoll.report_line import report, result
 from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
-from test_slurm import job_env, slurm, slurm_run  # noqa: F401 - slurm: the SLURM tests' cluster
+from test_slurm import job_env, slurm_run
 
 COMMANDS = ROOT / "tests" / "commands"
 
@@ -129,13 +129,19 @@ timeout = 20
 """
 
 
-def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
+def two_rank_search(tmp_path: Path, config: str, ranks: int, evaluations: int,
+                    timeout: float) -> tuple[Any, RunPaths]:
+    """A finished search of ``config`` on workers of 2 ranks: (its record, its paths)."""
     run_dir = tmp_path / "run"
-    done = mpirun_atoll(4, "search", "--config", str(write(tmp_path, DDP)), "--run-dir",
+    done = mpirun_atoll(ranks, "search", "--config", str(write(tmp_path, config)), "--run-dir",
                         str(run_dir), "--set", "search.ranks_per_worker=2",
-                        "--set", "search.evaluations=6", "-q", timeout=300)
+                        "--set", f"search.evaluations={evaluations}", "-q", timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    run, paths = open_run(run_dir), RunPaths(run_dir)
+    return open_run(run_dir), RunPaths(run_dir)
+
+
+def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
+    run, paths = two_rank_search(tmp_path, DDP, ranks=4, evaluations=6, timeout=300)
     ind = run.individuals
     assert len(ind) == 6, ind["error"]
     ok, pruned = ind[ind["status"] == int(Status.OK)], ind[ind["status"] == int(Status.PRUNED)]
@@ -359,12 +365,7 @@ type = "float"
 low = 0.0
 high = 1.0
 """
-    run_dir = tmp_path / "run"
-    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
-                        str(run_dir), "--set", "search.ranks_per_worker=2",
-                        "--set", "search.evaluations=2", "-q", timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    run, paths = open_run(run_dir), RunPaths(run_dir)
+    run, paths = two_rank_search(tmp_path, config, ranks=2, evaluations=2, timeout=120)
     ind = run.individuals
     assert (ind["status"] == int(Status.OK)).all() and len(ind) == 2, ind["error"]
     for row in ind:
@@ -417,7 +418,7 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
             os.kill(scripts[0], signal.SIGKILL)
 
 
-def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):  # noqa: F811
+def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
     """No mpirun: srun starts the ranks (PMIx), each starts the DDP script with torchrun's
     variables, and the script's gloo world is the worker's two ranks."""
     run_dir = tmp_path / "run"

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from datetime import datetime
@@ -26,40 +25,12 @@ from atoll.individual import Status
 from atoll.record import open_run
 from atoll.record.schema import NEW_EPOCHS, committed
 from conftest import BIN, ROOT, mpi_env
-from slurm_cluster import CRED_EXPIRE, SlurmCluster, missing_tools
+from slurm_cluster import CRED_EXPIRE, SlurmCluster
 
 JOBSCRIPTS = ROOT / "jobscripts"
 SCRIPTS = sorted(JOBSCRIPTS.glob("*.sbatch"))
 SPHERE = str(ROOT / "examples" / "sphere.toml")
 SLOW = str(ROOT / "tests" / "configs" / "slow_sphere.toml")
-
-
-def _unavailable() -> str:
-    if missing := missing_tools():
-        return (f"SLURM is not installed ({', '.join(missing)} missing): as root, "
-                "apt-get install -y slurm-wlm munge libpmix-dev")
-    if os.geteuid() != 0:
-        return "slurmd must run as root to start jobs; run these tests as root"
-    return ""
-
-
-@pytest.fixture(scope="session")
-def slurm():
-    reason = _unavailable()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the SLURM tests cannot run: {reason}")
-        pytest.skip(reason)
-    # munged runs as the munge user: pytest's own temp dirs (mode 700) are closed to it
-    root = Path(tempfile.mkdtemp(prefix="atoll-slurm-"))
-    root.chmod(0o755)
-    cluster = SlurmCluster(root)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def job_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
