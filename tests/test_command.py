@@ -18,7 +18,7 @@ from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
-from atoll.record import RunPaths, open_run
+from atoll.record import RunPaths, open_run, read_history
 from atoll.report_line import report, result
 from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
 from test_slurm import job_env, slurm_run
@@ -435,3 +435,33 @@ def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
         for rank in (0, 1):
             trace = paths.work_dir(int(ident)).joinpath(f"rank{rank}.txt").read_text()
             assert trace.split() == ["0", "1", "2", "3"]
+
+
+def test_asha_pauses_a_script_with_its_own_checkpoint_and_a_promotion_resumes_it(tmp_path):
+    """pruning.rule = asha on a script that keeps its own checkpoint: an evaluation outside the
+    best half at a rung is paused (not stopped), its directory kept; one that its island then
+    promotes is continued from that directory, and each of its epochs runs once."""
+    config = RESUMABLE + """[search]
+evaluations = 8
+[pruning]
+rule = "asha"
+eta = 2
+min_epochs = 1
+max_epochs = 8
+"""
+    run_dir, paths = tmp_path / "run", RunPaths(tmp_path / "run")
+    done = run(atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                         str(run_dir), "-q"), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stopped instead" not in done.stderr, done.stderr[-3000:]
+    parts = read_history(run_dir, 1)[0]
+    paused = set(parts["id"][parts["status"] == int(Status.PAUSED)].tolist())
+    assert paused, parts[["id", "status"]]
+    last = open_run(run_dir).individuals
+    promoted = set(last["id"][last["status"] == int(Status.OK)].tolist()) & paused
+    assert promoted, last[["id", "status"]]  # the worse early ones qualify as worse ones come
+    for ident in promoted:
+        epochs = paths.work_dir(ident).joinpath("epochs.txt").read_text().split()
+        assert epochs == [str(e) for e in range(8)], (ident, epochs)  # resumed, none twice
+    for ident in paused - set(last["id"][last["status"] != int(Status.PAUSED)].tolist()):
+        assert paths.command_checkpoint_dir(ident).joinpath("state.json").exists()

@@ -147,6 +147,8 @@ class CommandObjective:
             for epoch, metrics in leader.epochs:
                 last.update(metrics)
                 if ctx.report(epoch, **metrics):
+                    if ctx.paused_at is not None:
+                        self._keep_for_promotion(ctx, watch, epoch)
                     watch.child.stop(self.stop_grace)
                     return self._stopped_value(watch.last_result(), last)
             if leader.checkpointed:  # from now on a killed job's next job continues it
@@ -155,6 +157,17 @@ class CommandObjective:
             self._raise_on_failure(watch.child, ctx.rank, ticks)
             if all(t.exit_code == 0 for t in ticks):
                 return self._value(leader.result, last)
+
+    @staticmethod
+    def _keep_for_promotion(ctx: Context, watch: _Watch, epoch: int) -> None:
+        """Collective. ``asha`` paused the evaluation at ``epoch``: a pause needs a checkpoint
+        there, so the worker saves one naming the script's directory (the leader's view of it
+        decides) and a promotion gives the script that directory to resume from."""
+        holds = _holds_files(watch.saves)
+        if ctx.size > 1:
+            holds = ctx.comm.bcast(holds, root=0)
+        if holds:
+            ctx.save_checkpoint({"command_checkpoint": str(watch.saves)}, epoch)
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
         """Every rank whose child failed says why; the leader fails for any rank's child."""
