@@ -109,7 +109,7 @@ def test_watch_ends_by_itself_when_the_job_it_follows_is_killed(tmp_path):
                                  cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         time.sleep(2.0)
-        assert watch.poll() is None  # following the running job
+        assert watch.poll() is None, watch.communicate()[1][-2000:]  # following the running job
         kill_tree(search)
         out, err = watch.communicate(timeout=60)
     finally:

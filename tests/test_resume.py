@@ -50,8 +50,10 @@ def digest(run_dir: Path) -> dict[str, str]:
 
 
 def test_resume_after_wall_time_under_other_layouts(tmp_path):
+    # the GA: its children name parents, which the test follows across the resumes
     run_dir, done = start(tmp_path, 4, "search.generations=150", "search.islands=2",
-                          "search.wall_time=1.5", "migration.probability=0.5")
+                          "search.wall_time=1.5", "migration.probability=0.5",
+                          "evolution.strategy=ga")
     assert done.returncode == 75, done.stderr[-2000:]  # stopped by the wall time: resume
     first = completed_count(open_run(run_dir).individuals)
     assert 0 < first < 600
