@@ -128,6 +128,7 @@ TAKE_OVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_jobs_taking_over_one_gone_claim_at_once_are_one_job(tmp_path):
     """Both judge the dead holder gone; before the claim was moved aside and checked, the
     later one removed the fresh claim of the first and both ran (TAKEOVER_ROUNDS rounds)."""

@@ -140,6 +140,7 @@ def two_rank_search(tmp_path: Path, config: str, ranks: int, evaluations: int,
     return open_run(run_dir), RunPaths(run_dir)
 
 
+@pytest.mark.slow
 def test_a_torchrun_style_ddp_script_on_two_rank_workers_is_pruned(tmp_path):
     run, paths = two_rank_search(tmp_path, DDP, ranks=4, evaluations=6, timeout=300)
     ind = run.individuals

@@ -640,6 +640,7 @@ INDEXED_WRITER = ADD_ROW + textwrap.dedent("""
 
 @pytest.mark.skipif(shutil.which("strace") is None,
                     reason="strace is not installed (apt-get install strace)")
+@pytest.mark.slow
 def test_a_kill_at_any_write_of_a_flush_leaves_whole_batches(tmp_path: Path,
                                                             space: Space) -> None:
     """strace kills the writer at its n-th pwrite: the kill lands inside HDF5's own flush,

@@ -396,6 +396,7 @@ def test_a_stop_file_ends_the_chain_after_the_running_job(slurm, tmp_path):
     assert len(jobs_table(run_dir)) == 1
 
 
+@pytest.mark.slow
 def test_requeue_of_a_chained_job_is_its_only_successor(slurm, tmp_path):
     """`scontrol requeue` (or preemption) both requeues a job and makes it stop with 75: the
     job used to chain a successor as well, two jobs on one run."""
@@ -417,6 +418,7 @@ def test_requeue_of_a_chained_job_is_its_only_successor(slurm, tmp_path):
           f"(cred_expire={CRED_EXPIRE} s)")
 
 
+@pytest.mark.slow
 def test_max_jobs_bounds_a_requeue_chain(slurm, tmp_path):
     """In requeue mode the chain index never grew: every run was "job 0 of the chain"."""
     run_dir = tmp_path / "run"
@@ -501,6 +503,7 @@ def test_a_time_limit_chain_trains_each_epoch_of_a_checkpointing_objective_once(
           f"{redone} epoch(s) trained twice")
 
 
+@pytest.mark.slow
 def test_a_lost_node_is_named_and_the_chain_goes_on_without_it(slurm, tmp_path):
     """A node's slurmd, steps and tasks killed mid-search: MPI ends the step (exit 14), and
     the job used to stop with no word of the node. Now it names the node and chains a successor
