@@ -272,7 +272,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         if pruning is not None:
             pruning.finished(ind)
 
-    island = topo.layout.island_of_worker(topo.worker)
+    island = topo.island
     population = population if population is not None else Population()
     retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
                           population.ranked, config.evolution.strategy_of(island) == "pbt")
@@ -294,7 +294,7 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
               paused: Sequence[Individual]) -> Strategy:
     """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
     the island's paused individuals, then the island's breeding."""
-    strategy: Strategy = island_strategy(config.space, topo.layout.island_of_worker(topo.worker),
+    strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
                                          config.inherit, config.pbt, topo.worker)
     if pruning is not None and pruning.rungs is not None:

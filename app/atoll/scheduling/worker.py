@@ -108,7 +108,7 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Schedule
         return scheduler
     run = record.open_run(paths.run_dir)
     ind, epochs = run.individuals, run.epochs
-    island = topo.layout.island_of_worker(topo.worker)
+    island = topo.island
     statuses = [int(s) for s in (SHARED if isinstance(scheduler, Asha) else (Status.OK,))]
     done = ind["id"][np.isin(ind["status"], statuses)
                      & (ind["island"] % topo.layout.islands == island)]
