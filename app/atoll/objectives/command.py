@@ -163,10 +163,7 @@ class CommandObjective:
         """Collective. ``asha`` paused the evaluation at ``epoch``: a pause needs a checkpoint
         there, so the worker saves one naming the script's directory (the leader's view of it
         decides) and a promotion gives the script that directory to resume from."""
-        holds = _holds_files(watch.saves)
-        if ctx.size > 1:
-            holds = ctx.comm.bcast(holds, root=0)
-        if holds:
+        if _leaders_word(ctx, ctx.is_leader and _holds_files(watch.saves)):
             ctx.save_checkpoint({"command_checkpoint": str(watch.saves)}, epoch)
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
