@@ -18,6 +18,7 @@ import datetime
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import checkpoints
@@ -277,7 +278,14 @@ def main() -> None:
         print(f"{name} ...", flush=True)
         t = time.time()
         load = _load()
-        got_rows, got_notes = MEASUREMENTS[name].run(log=lambda s: print(s, flush=True))
+        try:
+            got_rows, got_notes = MEASUREMENTS[name].run(log=lambda s: print(s, flush=True))
+        except Exception as error:  # one broken measurement must not cost the whole run
+            traceback.print_exc()
+            got_rows = [Row(f"{name}: the measurement failed", f"{type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''}",
+                            target="runs", passed=False)]
+            got_notes = []
         print(f"  ({time.time() - t:.0f} s)", flush=True)
         rows += got_rows
         notes += got_notes
