@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 from atoll.space import Params
 
@@ -75,6 +77,60 @@ class Individual:
     def usable(self) -> bool:
         """Whether it may be a parent: evaluated fine with a finite loss."""
         return self.status == Status.OK and math.isfinite(self.loss)
+
+
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("id", "i8"), ("island", "i4"), ("worker", "i4"), ("generation", "i8"),
+    ("parent_a", "i8"), ("parent_b", "i8"), ("inherit_from", "i8"), ("inherit_epoch", "i4"),
+    ("origin", "i1"), ("status", "i1"), ("version", "i4"), ("born", "f8"), ("started", "f8"),
+    ("finished", "f8"), ("loss", "f8"))
+"""The fixed fields an individual has in the record's rows and in messages, in this order, with
+their numpy types: the one list the HDF5 schema, the wire format, the writer and restoring derive
+theirs from (:func:`fields_of`, :func:`from_fields`). ``parents`` is two fields; ``owner`` and
+``active`` are a live island's (messages add ``owner``), ``error`` the record's."""
+
+FIELD_NAMES = tuple(name for name, _ in FIELDS)
+
+
+def fields_of(ind: Individual) -> tuple[Any, ...]:
+    """``ind``'s :data:`FIELDS`, in order."""
+    return (ind.id, ind.island, ind.worker, ind.generation, ind.parents[0], ind.parents[1],
+            ind.inherit_from, ind.inherit_epoch, ind.origin, ind.status, ind.version, ind.born,
+            ind.started, ind.finished, ind.loss)
+
+
+def from_fields(values: Sequence[Any], params: Params) -> Individual:
+    """The individual whose :data:`FIELDS` are ``values`` (in order) and parameters
+    ``params``; its ``owner`` is 0 until its island says."""
+    (ident, island, worker, generation, parent_a, parent_b, inherit_from, inherit_epoch, origin,
+     status, version, born, started, finished, loss) = values
+    return Individual(
+        id=ident, params=params, island=island, worker=worker, generation=generation,
+        version=version, parents=(parent_a, parent_b), origin=_ORIGINS[origin],
+        inherit_from=inherit_from, inherit_epoch=inherit_epoch, loss=loss,
+        status=_STATUSES[status], born=born, started=started, finished=finished)
+
+
+_ORIGINS = {int(o): o for o in Origin}  # a lookup is cheaper than the enum's call
+_STATUSES = {int(s): s for s in Status}
+
+def about_of(ind: Individual) -> dict[str, Any]:
+    """What a checkpoint keeps of its individual (JSON), so that a job that finds the
+    checkpoint but no row of it can continue it under its id (:func:`from_about`)."""
+    return {"params": ind.params, "origin": int(ind.origin), "parents": list(ind.parents),
+            "born": ind.born, "inherit_from": ind.inherit_from,
+            "inherit_epoch": ind.inherit_epoch}
+
+
+def from_about(ident: int, kept: Mapping[str, Any], params: Params) -> Individual:
+    """The interrupted individual ``ident`` as its checkpoint's :func:`about_of` kept it."""
+    parents = kept.get("parents", [NO_PARENT, NO_PARENT])
+    return Individual(
+        id=ident, params=params, parents=(int(parents[0]), int(parents[1])),
+        inherit_from=int(kept.get("inherit_from", NO_PARENT)),
+        inherit_epoch=int(kept.get("inherit_epoch", NO_EPOCH)),
+        origin=Origin(int(kept.get("origin", Origin.RANDOM))),
+        born=float(kept.get("born", 0.0)), status=Status.INTERRUPTED)
 
 
 def replaced_member(ind: Individual) -> int:

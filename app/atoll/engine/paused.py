@@ -13,8 +13,9 @@ from collections.abc import Set
 
 import numpy as np
 
+from atoll.engine.restore import recorded
 from atoll.engine.topology import Layout
-from atoll.individual import Individual, Origin, Status
+from atoll.individual import Individual, Status
 from atoll.record.reader import last_parts
 from atoll.space import Space
 
@@ -36,10 +37,7 @@ def paused_on(individuals: np.ndarray, space: Space, layout: Layout, island: int
     rows = last_parts(individuals)
     rows = rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))
                 & (rows["island"] % layout.islands == island)]
-    return [Individual(
-        id=int(row["id"]), params={name: row[name].item() for name in space.names},
-        island=island, worker=int(row["worker"]), parents=(int(row["parent_a"]),
-                                                           int(row["parent_b"])),
-        origin=Origin(int(row["origin"])), loss=float(row["loss"]), status=Status.PAUSED,
-        born=float(row["born"]), started=float(row["started"]),
-        finished=float(row["finished"])) for row in rows]
+    found = recorded(rows, space)
+    for ind in found:
+        ind.island = island
+    return found

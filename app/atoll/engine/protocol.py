@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from atoll.backoff import Backoff
-from atoll.individual import Individual, Origin, Status
+from atoll.individual import FIELDS, Individual, fields_of, from_fields
 from atoll.space import CategoricalParam, FloatParam, IntParam, Space
 
 if TYPE_CHECKING:
@@ -36,12 +36,11 @@ class Tag(IntEnum):
     CURVE = 4  # part of a completed individual's per-epoch metric, for the island's schedulers
 
 
-# The wire format of an individual: little-endian, packed, in this order, then one field per
-# parameter (floats as f8, ints as i8, categoricals and ordinals as the i4 index of the choice).
-_FIXED = [("id", "q"), ("island", "i"), ("worker", "i"), ("generation", "q"), ("owner", "i"),
-          ("version", "i"), ("parent_a", "q"), ("parent_b", "q"), ("inherit_from", "q"),
-          ("inherit_epoch", "i"), ("origin", "b"),
-          ("status", "b"), ("loss", "d"), ("born", "d"), ("started", "d"), ("finished", "d")]
+# The wire format of an individual: little-endian, packed, the individual's FIELDS in their
+# order, its owner, then one field per parameter (floats as f8, ints as i8, categoricals and
+# ordinals as the i4 index of the choice).
+_CODES = {"i8": "q", "i4": "i", "i1": "b", "f8": "d"}
+_FIXED = "".join(_CODES[kind] for _, kind in FIELDS) + "i"  # + owner
 
 _DEACTIVATE = struct.Struct("<qi")  # id, version
 _CURVE_HEAD = struct.Struct("<qi")  # id, points in this part
@@ -60,7 +59,7 @@ class Codec:
     """
 
     def __init__(self, space: Space) -> None:
-        codes = "".join(code for _, code in _FIXED) + "".join(
+        codes = _FIXED + "".join(
             "d" if isinstance(p, FloatParam) else "q" if isinstance(p, IntParam) else "i"
             for p in space.params)
         self.record = struct.Struct("<" + codes)
@@ -75,23 +74,19 @@ class Codec:
         params = ind.params
         genes = [params[name] if choices is None else self._index[name][params[name]]
                  for name, choices in self._genes]
-        return self.record.pack(ind.id, ind.island, ind.worker, ind.generation, ind.owner,
-                                ind.version, ind.parents[0], ind.parents[1], ind.inherit_from,
-                                ind.inherit_epoch, ind.origin,
-                                ind.status, ind.loss, ind.born, ind.started, ind.finished,
-                                *genes)
+        return self.record.pack(*fields_of(ind), ind.owner, *genes)
 
     def decode(self, buf: Buffer) -> Individual:
-        (ind_id, island, worker, generation, owner, version, parent_a, parent_b, inherit_from,
-         inherit_epoch, origin, status, loss, born, started, finished, *genes) = \
-            self.record.unpack_from(buf)
-        params = {name: value if choices is None else choices[value]
-                  for (name, choices), value in zip(self._genes, genes, strict=True)}
-        return Individual(
-            id=ind_id, params=params, island=island, worker=worker, generation=generation,
-            owner=owner, version=version, parents=(parent_a, parent_b), inherit_from=inherit_from,
-            inherit_epoch=inherit_epoch, origin=_ORIGINS[origin],
-            status=_STATUSES[status], loss=loss, born=born, started=started, finished=finished)
+        values = self.record.unpack_from(buf)
+        genes = values[_OWNER + 1:]
+        ind = from_fields(values[:_OWNER], {
+            name: value if choices is None else choices[value]
+            for (name, choices), value in zip(self._genes, genes, strict=True)})
+        ind.owner = values[_OWNER]
+        return ind
+
+
+_OWNER = len(FIELDS)  # the owner's place in a message, after the individual's FIELDS
 
 
 def curve_parts(ind_id: int, curve: Sequence[tuple[int, float]]) -> list[bytes]:
@@ -113,9 +108,7 @@ def curve_of(buf: Buffer) -> tuple[int, list[tuple[int, float]]]:
                     for k in range(count)]
 
 
-_ORIGINS = {int(o): o for o in Origin}
 _TAGS = {int(t): t for t in Tag}
-_STATUSES = {int(s): s for s in Status}
 
 
 Handler = Callable[[Tag, int, Any], None]

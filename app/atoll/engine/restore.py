@@ -17,7 +17,16 @@ import numpy as np
 
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
-from atoll.individual import FINISHED, NO_EPOCH, NO_PARENT, Individual, Origin, Status
+from atoll.individual import (
+    FIELD_NAMES,
+    FINISHED,
+    NO_PARENT,
+    Individual,
+    Origin,
+    Status,
+    from_about,
+    from_fields,
+)
 from atoll.space import Space
 
 
@@ -59,23 +68,10 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)
-    columns = {name: rows[name].tolist() for name in (
-        "id", "worker", "generation", "parent_a", "parent_b", "inherit_from", "inherit_epoch",
-        "origin", "loss", "born", "started", "finished")}
-    values = [rows[name].tolist() for name in space.names]
     population = Population()
-    for n, ind_id in enumerate(columns["id"]):
-        population.learn(Individual(
-            id=ind_id, params={name: column[n] for name, column in zip(
-                space.names, values, strict=True)},
-            island=island, worker=columns["worker"][n], generation=columns["generation"][n],
-            owner=workers[ind_id % len(workers)], version=0,
-            parents=(columns["parent_a"][n], columns["parent_b"][n]),
-            inherit_from=columns["inherit_from"][n], inherit_epoch=columns["inherit_epoch"][n],
-            origin=_origin(columns["origin"][n], columns["parent_a"][n]),
-            loss=columns["loss"][n], status=Status.OK,
-            born=columns["born"][n], started=columns["started"][n],
-            finished=columns["finished"][n]))
+    for ind in recorded(rows, space):
+        ind.island, ind.owner, ind.version = island, workers[ind.id % len(workers)], 0
+        population.learn(ind)
     return population
 
 
@@ -90,27 +86,26 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
     completed = individuals["id"][np.isin(status, FINISHED)]
     rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
                                                                       completed)]
-    values = [rows[name].tolist() for name in space.names]  # Python values, strings decoded
-    waiting = {}
-    for n, ident in enumerate(rows["id"].tolist()):  # later parts win
-        waiting[int(ident)] = Individual(
-            id=int(ident), params={name: column[n] for name, column in zip(
-                space.names, values, strict=True)},
-            parents=(int(rows["parent_a"][n]), int(rows["parent_b"][n])),
-            inherit_from=int(rows["inherit_from"][n]), inherit_epoch=int(rows["inherit_epoch"][n]),
-            origin=_origin(int(rows["origin"][n]), int(rows["parent_a"][n])),
-            born=float(rows["born"][n]), status=Status.INTERRUPTED)
-    for ident, about in (unrecorded or {}).items():
-        params = {name: about["params"].get(name) for name in space.names}
+    waiting = {ind.id: ind for ind in recorded(rows, space)}  # later parts win
+    for ident, kept in (unrecorded or {}).items():
+        params = {name: kept["params"].get(name) for name in space.names}
         if space.contains(params):
-            parents = about.get("parents", [NO_PARENT, NO_PARENT])
-            waiting[ident] = Individual(
-                id=ident, params=params, parents=(int(parents[0]), int(parents[1])),
-                inherit_from=int(about.get("inherit_from", NO_PARENT)),
-                inherit_epoch=int(about.get("inherit_epoch", NO_EPOCH)),
-                origin=Origin(int(about.get("origin", Origin.RANDOM))),
-                born=float(about.get("born", 0.0)), status=Status.INTERRUPTED)
+            waiting[ident] = from_about(ident, kept, params)
     return [waiting[ident] for ident in sorted(waiting)[worker::workers]]
+
+
+def recorded(rows: np.ndarray, space: Space) -> list[Individual]:
+    """The individuals of record ``rows``, as they were recorded (column by column: a loop over
+    rows of a structured array costs many times more)."""
+    fields = [rows[name].tolist() for name in FIELD_NAMES]
+    values = [rows[name].tolist() for name in space.names]  # Python values, strings decoded
+    found = []
+    for n, row in enumerate(zip(*fields, strict=True)):
+        ind = from_fields(row, {name: column[n] for name, column in zip(
+            space.names, values, strict=True)})
+        ind.origin = _origin(ind.origin, ind.parents[0])
+        found.append(ind)
+    return found
 
 
 def _origin(value: int, parent_a: int) -> Origin:

@@ -18,7 +18,7 @@ from atoll.evaluation.call import Objective, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
 from atoll.evaluation.metric_check import MetricCheck
 from atoll.evaluation.process_group import ProcessGroupOwner
-from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Status
+from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Status, about_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -65,10 +65,7 @@ class WorkerEvaluator:
                    maximize=config.objective.direction == "maximize")
 
     def __call__(self, ind: Individual) -> None:
-        ctx = self.services.context(ind.id, ind.params, about={
-            "params": ind.params, "origin": int(ind.origin), "parents": list(ind.parents),
-            "born": ind.born, "inherit_from": ind.inherit_from,
-            "inherit_epoch": ind.inherit_epoch})
+        ctx = self.services.context(ind.id, ind.params, about=about_of(ind))
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)

@@ -61,7 +61,7 @@ class Unrecorded:
 
     individual: int
     about: dict[str, Any]
-    """The individual's ``params``, ``origin``, ``parents`` and ``born``, as saved with it."""
+    """The individual as saved with it (:func:`atoll.individual.about_of`)."""
 
 
 class CheckpointStore:

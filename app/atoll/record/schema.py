@@ -20,7 +20,7 @@ import numpy as np
 
 from atoll.config import MIGRATION_MODES
 from atoll.errors import ConfigError, RecordError
-from atoll.individual import FINISHED, Origin, Status
+from atoll.individual import FIELDS, FINISHED, Origin, Status
 from atoll.space import CategoricalParam, FloatParam, IntParam, Param, Space
 
 SCHEMA_VERSION = 1
@@ -154,11 +154,8 @@ def param_doc(param: Param) -> str:
 
 def individual_dtype(space: Space) -> np.dtype:
     check_param_names(space)
-    fixed = [("id", "i8"), ("island", "i4"), ("worker", "i4"), ("generation", "i8"),
-             ("parent_a", "i8"), ("parent_b", "i8"), ("inherit_from", "i8"),
-             ("inherit_epoch", "i4"), ("origin", ORIGIN), ("status", STATUS),
-             ("version", "i4"), ("born", "f8"), ("started", "f8"), ("finished", "f8"),
-             ("loss", "f8"), ("error", STR)]
+    enums = {"origin": ORIGIN, "status": STATUS}
+    fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", STR)]
     return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])
 
 

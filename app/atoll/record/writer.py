@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 
 from atoll.errors import RecordError
-from atoll.individual import Individual
+from atoll.individual import Individual, fields_of
 from atoll.record import full
 from atoll.record._h5 import (
     RUN_ID_ATTR,
@@ -99,12 +99,7 @@ class WorkerLog:
         except KeyError as exc:
             raise RecordError(f"individual {ind.id}: no value for parameter {exc.args[0]!r}") \
                 from None
-        parents = ind.parents
-        self._individuals.append(
-            (ind.id, ind.island, ind.worker, ind.generation, parents[0], parents[1],
-             ind.inherit_from, ind.inherit_epoch, ind.origin, ind.status, ind.version, ind.born,
-             ind.started, ind.finished, ind.loss, ind.error)
-            + params)
+        self._individuals.append(fields_of(ind) + (ind.error,) + params)
 
     def add_epoch(self, individual_id: int, epoch: int, time: float,
                   metrics: Mapping[str, float]) -> None:
