@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import datetime
@@ -311,10 +310,6 @@ def test_image_runs_through_apptainer_with_nv_on_gpu_scripts(slurm, tmp_path):
     assert all(line.endswith(f"[bind {tmp_path},/data]") for line in lines)
     (job,) = jobs_table(tmp_path / "run")
     assert '"ranks_per_worker":1' in job["layout"].decode()  # two workers of one GPU each
-
-
-def test_slurm_tests_use_this_python():
-    assert Path(sys.executable).parent == BIN
 
 
 # --- stopping a chain, requeues, lost nodes -------------------------------------------------
