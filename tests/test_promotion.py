@@ -26,6 +26,7 @@ from atoll.evolution.strategy import PromoteFirst
 from atoll.individual import FINISHED, Individual, Status
 from atoll.record import RunPaths, open_run, promotion, read_history
 from atoll.record.checkpoints import CheckpointStore
+from atoll.record.schema import individual_dtype
 from atoll.scheduling import Asha, Verdict
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import Space
@@ -260,18 +261,17 @@ def test_a_paused_evaluation_spends_no_budget(tmp_path):
 
 
 def test_a_resume_finds_paused_individuals_and_continues_a_cut_promotion():
-    rows = np.zeros(5, dtype=[("id", "i8"), ("status", "i1"), ("started", "f8"),
-                              ("island", "i8"), ("worker", "i8"), ("parent_a", "i8"),
-                              ("parent_b", "i8"), ("origin", "i1"), ("loss", "f8"),
-                              ("born", "f8"), ("finished", "f8"), ("x", "f8")])
+    rows = np.zeros(5, dtype=individual_dtype(SPACE))
     # id 1: paused, promoted, finished (its parts in any file order); id 2: paused twice;
     # id 3: paused, and a killed job was promoting it; id 4: interrupted
     rows["id"] = [1, 1, 2, 3, 4]
     rows["status"] = [int(s) for s in (Status.OK, Status.PAUSED, Status.PAUSED, Status.PAUSED,
                                        Status.INTERRUPTED)]
     rows["started"] = [5.0, 1.0, 4.0, 2.0, 3.0]
+    rows["inherit_from"], rows["inherit_epoch"] = [-1, -1, 7, -1, -1], [-1, -1, 2, -1, -1]
     layout = Layout(2, 1, 1)
-    assert [i.id for i in paused_on(rows, SPACE, layout, 0, cut={3})] == [2]
+    (paused,) = paused_on(rows, SPACE, layout, 0, cut={3})
+    assert (paused.id, paused.inherit_from, paused.inherit_epoch) == (2, 7, 2)  # its lineage
     assert to_resume(rows, cut={3})["id"].tolist() == [3, 4]
 
 
