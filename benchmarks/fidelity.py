@@ -3,9 +3,9 @@
 Atoll's schedulers (full training, the median rule, successive halving and its promotion
 form, ASHA; with the GA and with CMA-ES) run the learning-curve task of learning_curves.py
 under mpirun with RANKS workers; Optuna's TPE runs it trial after trial with its
-SuccessiveHalvingPruner and HyperbandPruner (benchmarks/.venv-optuna); Ray Tune runs random
-search with its ASHAScheduler, RANKS trials at a time (benchmarks/.venv-ray, a report row). Every
-method gets EPOCH_BUDGET epochs, SEEDS seeds.
+SuccessiveHalvingPruner and HyperbandPruner (benchmarks/.venv-optuna). Every method gets
+EPOCH_BUDGET epochs, SEEDS seeds. Ray Tune's side is benchmarks/fidelity_ray.py (``make
+bench-training``): Ray starts an actor per trial, which makes it too slow for ``make bench``.
 
 A method's trajectory is the regret of its incumbent (the completed candidate with the least
 reported final loss; regret of its noiseless fully trained loss) after each evaluation ends, in
@@ -27,16 +27,7 @@ from typing import Any
 
 import learning_curves as task
 import numpy as np
-from common import (
-    HERE,
-    OPTUNA_PYTHON,
-    RAY_PYTHON,
-    ROOT,
-    Row,
-    ensure_optuna_venv,
-    ensure_ray_venv,
-    mpi_env,
-)
+from common import HERE, OPTUNA_PYTHON, ROOT, Row, ensure_optuna_venv, mpi_env
 
 SEEDS = (1, 2, 3, 4, 5)
 RANKS = 4
@@ -128,25 +119,6 @@ def optuna_runs(scratch: Path, pruner: str) -> list[Trajectory]:
     return paths
 
 
-def ray_runs(scratch: Path) -> list[Trajectory]:
-    """Ray Tune's ASHA: each trial ends at its last report; the epochs spent by then are the
-    reports of every trial made until then (Ray stops a trial between two reports)."""
-    tasks = [{"seed": seed, "budget": EPOCH_BUDGET} for seed in SEEDS]
-    (scratch / "ray-tasks.json").write_text(json.dumps(tasks))
-    out = scratch / "ray.json"
-    subprocess.run([str(RAY_PYTHON), str(HERE / "ray_fidelity_side.py"),
-                    str(scratch / "ray-tasks.json"), str(out)], check=True, env=mpi_env(),
-                   capture_output=True)
-    paths = []
-    for trials in json.loads(out.read_text()):
-        reports = np.sort([t for trial in trials for t in trial["times"]])
-        trials.sort(key=lambda trial: trial["times"][-1])
-        paths.append(trajectory([
-            (int(np.searchsorted(reports, trial["times"][-1], side="right")), tuple(trial["x"]),
-             trial["complete"], trial["value"]) for trial in trials]))
-    return paths
-
-
 def levels(paths: list[Trajectory]) -> list[float]:
     """Regret levels from the median at a tenth of the budget to the median at its end."""
     high = statistics.median(min((r for s, r in p if s <= EPOCH_BUDGET // 10), default=math.inf)
@@ -180,9 +152,6 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         for pruner in ("halving", "hyperband"):
             results[f"Optuna TPE, {pruner}"] = optuna_runs(scratch, pruner)
             log(f"  Optuna TPE, {pruner}: done")
-        ensure_ray_venv()
-        results["Ray Tune random search, ASHA"] = ray_runs(scratch)
-        log("  Ray Tune, ASHA: done")
     finals = {name: statistics.median(p[-1][1] if p else math.inf for p in paths)
               for name, paths in results.items()}
     optuna_best = min((n for n in finals if n.startswith("Optuna")), key=finals.__getitem__)
@@ -204,11 +173,4 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
                 "the worst level", f"final regret {finals[atoll_best]:.3g}",
                 f"final regret {finals[optuna_best]:.3g}", f"{best_ratio:.2f}",
                 f"<= {TARGET:g} at every level", best_ratio <= TARGET)]
-    ray = "Ray Tune random search, ASHA"
-    against_ray = worst_ratio(results[atoll_best], results[ray], levels(results[ray]))
-    rows.append(Row(f"multi-fidelity learning curves, as above: Atoll's best ({atoll_best}) "
-                    f"against Ray Tune's ASHAScheduler with random search, {RANKS} trials at a "
-                    "time; ratio: the worst of its regret levels", f"final regret "
-                    f"{finals[atoll_best]:.3g}", f"final regret {finals[ray]:.3g}",
-                    f"{against_ray:.2f}", "report"))
     return rows, notes

@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
                                         strategy_costs,scheduler_costs,pruning,fidelity,
-                                        continuation,checkpoints,command_costs,peers]
+                                        continuation,checkpoints,command_costs,peers,
+                                        fidelity_ray]
 
-Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
-missing, runs every measurement (each module's ``run``), prints the table and writes
-benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
+Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna; for Ray
+Tune's, benchmarks/.venv-ray) if missing, runs every measurement (each module's ``run``; the
+SLOW ones only when named), prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
 none``), Atoll from .venv, Propulate and Optuna from their own venvs.
 """
 
@@ -28,6 +29,7 @@ import continuation
 import ddp_setup
 import ddp_throughput
 import fidelity
+import fidelity_ray
 import peers
 import propagators
 import pruning
@@ -46,8 +48,11 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
-                "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
+                "pruning": pruning, "fidelity": fidelity, "fidelity_ray": fidelity_ray,
+                "continuation": continuation,
                 "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers}
+SLOW = ("fidelity_ray",)
+"""Measurements `make bench` leaves out (tens of minutes each): `make bench-training` runs them."""
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
@@ -258,8 +263,8 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(MEASUREMENTS),
-                        help="comma-separated measurements to run (default: all)")
+    parser.add_argument("--only", default=",".join(m for m in MEASUREMENTS if m not in SLOW),
+                        help=f"comma-separated measurements to run (default: all but {SLOW})")
     parser.add_argument("--output", type=Path, default=common.HERE / "RESULTS.md")
     parser.add_argument("--peers", choices=sorted(peers.PRESETS), default="quick",
                         help="the peers rows' layouts and seeds (make bench: quick; make "
