@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,6 +77,7 @@ class CheckpointStore:
         self.paths = paths
         self.run_id = run_id
         self.limit_mb = limit_mb
+        self._folder = str(paths.checkpoints_dir)
 
     def save(self, individual_id: int, epoch: int, state: Any,
              about: Mapping[str, Any] | None = None) -> bool:
@@ -113,7 +115,10 @@ class CheckpointStore:
 
     def discard(self, individual_id: int) -> None:
         """Delete the individual's checkpoint, and a command's own checkpoint directory: its
-        evaluation completed (ok, failed, pruned)."""
+        evaluation completed (ok, failed, pruned). Called after every evaluation, so a run
+        that never kept one pays a single stat for it (the folder appears with the first)."""
+        if not os.path.isdir(self._folder):
+            return
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
         shutil.rmtree(self.paths.command_checkpoint_dir(individual_id), ignore_errors=True)
 
