@@ -29,7 +29,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import time
 import traceback
@@ -215,19 +214,6 @@ def run_file_root_attributes_flipped(s: Setup) -> Placeholders:
     return None
 
 
-def run_file_text_size_flipped(s: Setup) -> Placeholders:
-    """8 bytes inverted in the size of the text HDF5 keeps after the space's (main_metric's):
-    its heap entry no longer reads."""
-    existing_run(s)
-    path = s.run_dir / "run.h5"
-    with h5py.File(path, "r") as f:
-        space = f.attrs["space"].encode()
-    data = path.read_bytes()
-    at = data.index(struct.pack("<Q", len(space)) + space) + 8 + -(-len(space) // 8) * 8 + 8
-    path.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 8]) + data[at + 8:])
-    return None
-
-
 def run_file_without_jobs(s: Setup) -> Placeholders:
     existing_run(s)
     with h5py.File(s.run_dir / "run.h5", "r+") as f:
@@ -261,7 +247,7 @@ def worker_file_of_another_run(s: Setup) -> Placeholders:
         ours = f.attrs["run_id"]
     with h5py.File(other / "run.h5", "r") as f:
         theirs = f.attrs["run_id"]
-    return {"ours": str(ours), "theirs": str(theirs)}
+    return {"ours": ours.decode(), "theirs": theirs.decode()}
 
 
 def dangling_link(s: Setup) -> Placeholders:
@@ -696,11 +682,6 @@ CASES = [
            "exists by name (incorrect metadata checksum after all read attempts)); restore it "
            "from a backup" + hint, setup=run_file_root_attributes_flipped)
       for argv, hint in ((RESUME, ", or start a new run directory"), (INSPECT, ""))),
-    *(Case(f"run_file_text_size_flipped_{argv[0]}", argv,
-           "atoll: error: {run_dir}/run.h5: attribute 'main_metric' cannot be read (Can't "
-           "synchronously read data (Expected global heap object size does not match)): the "
-           "file is damaged; restore it from a backup", setup=run_file_text_size_flipped)
-      for argv in (RESUME, INSPECT)),
     Case("run_file_without_jobs_inspect", INSPECT,
          "atoll: error: {run_dir}/run.h5: damaged jobs table (\"Unable to synchronously open "
          "object (object 'jobs' doesn't exist)\"); restore it from a backup",

@@ -125,6 +125,34 @@ def test_a_damaged_file_of_a_killed_job_ends_every_reader_in_seconds(
     assert os.path.exists(damaged)
 
 
+def flip_text(path: Path, text: bytes) -> None:
+    """Invert 8 bytes in the middle of ``text`` where ``path`` stores it."""
+    data = bytearray(path.read_bytes())
+    at = data.find(text)
+    assert at >= 0 and len(text) >= 16, "the text is not stored as it is"
+    for k in range(at + len(text) // 2 - 4, at + len(text) // 2 + 4):
+        data[k] ^= 0xFF
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])
+def test_changed_text_in_run_h5_is_refused_by_every_reader(
+        tmp_path: Path, finished_run: Path, argv: tuple[str, ...]) -> None:
+    """Text attributes (the config, here) are checksummed with HDF5's metadata: in its global
+    heap, as variable-length strings, a changed byte was read as it was."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    run_file = run_dir / "run.h5"
+    flip_text(run_file, open_run(run_dir).metadata["config"].encode()[:64])
+    before = record_bytes(run_dir)
+    done = run(atoll_cmd(*argv, str(run_dir)), timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"atoll: error: {run_file}: damaged ("), \
+        done.stderr
+    assert record_bytes(run_dir) == before
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("finished") / "run"

@@ -233,12 +233,12 @@ def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space)
     assert not list(paths.run_dir.glob(".*tmp"))
     with h5py.File(paths.results_file, "r") as f:
         assert f.attrs["schema_version"] == SCHEMA_VERSION
-        assert f.attrs["config"] == "[search]\nbudget = 40\n"
+        assert f.attrs["config"].decode() == "[search]\nbudget = 40\n"  # text: UTF-8 bytes
         assert Space.from_dict(json.loads(f.attrs["space"])) == space
         assert json.loads(f.attrs["versions"]) == {"atoll": "0.1.0"}
         ind = f["individuals"]
         assert ind.maxshape == (None,) and ind.chunks is not None
-        assert ind.attrs["unit:born"] == "unix seconds" and "doc:lr" in ind.attrs
+        assert ind.attrs["unit:born"].decode() == "unix seconds" and "doc:lr" in ind.attrs
         rows = ind[...]
         assert list(rows["id"]) == list(range(20))
         assert rows["act"][2] == "gelü".encode()

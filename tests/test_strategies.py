@@ -213,7 +213,7 @@ def test_a_cmaes_run_resumes_to_its_budget(tmp_path):
     ind = open_run(run_dir).individuals
     assert len(ind) == 150 and len(np.unique(ind["id"])) == 150
     with h5py.File(run_dir / "run.h5", "r") as f:
-        assert '"strategy":"cmaes"' in f.attrs["config_json"]
+        assert '"strategy":"cmaes"' in f.attrs["config_json"].decode()
     # The resumed job's CMA-ES learned the first job's results: it searches near them.
     first_best = np.sort(ind["loss"][ind["id"] < 60])[0]
     assert np.sort(ind["loss"][ind["id"] >= 60])[0] <= first_best

@@ -20,7 +20,7 @@ import numpy as np
 import atoll
 from atoll.errors import RecordError
 from atoll.record.paths import temp_for
-from atoll.record.schema import SCHEMA_VERSION
+from atoll.record.schema import SCHEMA_VERSION, put_attr
 
 KIND_ATTR = "kind"
 RUN_KIND = "atoll-run"
@@ -52,11 +52,11 @@ def written_whole(path: Path, *, fsync: bool = False) -> Iterator[Path]:
 
 def write_header(f: h5py.File, kind: str, **attrs: Any) -> None:
     """The root attributes every Atoll file starts with, then ``attrs``."""
-    f.attrs[KIND_ATTR] = kind
-    f.attrs["schema_version"] = SCHEMA_VERSION
-    f.attrs["atoll_version"] = atoll.__version__
+    put_attr(f, KIND_ATTR, kind)
+    put_attr(f, "schema_version", SCHEMA_VERSION)
+    put_attr(f, "atoll_version", atoll.__version__)
     for name, value in attrs.items():
-        f.attrs[name] = value
+        put_attr(f, name, value)
 
 
 def open_h5(path: Path, *, hint: str, kind: str | None = None,
@@ -149,7 +149,7 @@ def write_error(path: Path, exc: OSError) -> RecordError:
 
 def check_version(f: h5py.File, path: Path, kind: str | None) -> int:
     # ``in`` first: attrs.get takes an attribute HDF5 cannot read (damage) for a missing one.
-    found = f.attrs[KIND_ATTR] if KIND_ATTR in f.attrs else None
+    found = text(f.attrs[KIND_ATTR]) if KIND_ATTR in f.attrs else None
     version = f.attrs["schema_version"] if "schema_version" in f.attrs else None
     if version is None or (kind is not None and found != kind):
         what = f"an {found!r} file" if found else "not an Atoll file"

@@ -46,6 +46,7 @@ from atoll.record.schema import (
     committed_rows,
     create_table,
     job_dtype,
+    put_attr,
     seal,
 )
 from atoll.space import Space
@@ -258,7 +259,7 @@ def set_budget(paths: RunPaths, budget: int) -> None:
     def change(f: h5py.File) -> None:
         config_table = json_attr(f, "config_json", paths.run_file)
         config_table.setdefault("search", {})["evaluations"] = budget
-        f.attrs["config_json"] = to_json(config_table)
+        put_attr(f, "config_json", to_json(config_table))
         f.attrs["budget"] = budget
 
     _edit(paths, change)

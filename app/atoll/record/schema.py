@@ -142,6 +142,17 @@ def param_dtype(param: Param) -> np.dtype:
     return STR
 
 
+def put_attr(obj: h5py.HLObject, name: str, value: object) -> None:
+    """Set an attribute; text as a fixed-length UTF-8 string. HDF5 keeps that in the attribute
+    message, which it checksums; a variable-length string goes to the file's global heap, which
+    it does not: a damaged byte there passed unseen, or sent every reader into an endless loop."""
+    if isinstance(value, str):
+        data = value.encode()
+        obj.attrs.create(name, np.array(data, dtype=h5py.string_dtype("utf-8", max(1, len(data)))))
+    else:
+        obj.attrs[name] = value
+
+
 def param_doc(param: Param) -> str:
     if isinstance(param, FloatParam):
         scale = "log" if param.log else "linear"
@@ -226,16 +237,16 @@ def create_table(group: h5py.Group, name: str, dtype: np.dtype, *, table: str | 
                               shuffle=compress)
     if rows:
         ds[...] = data
-    ds.attrs["description"] = TABLE_DOCS[kind]
+    put_attr(ds, "description", TABLE_DOCS[kind])
     docs = COLUMNS[kind]
     for column in dtype.names or ():
         if column in docs:
             meaning, unit = docs[column]
-            ds.attrs[f"doc:{column}"] = meaning
+            put_attr(ds, f"doc:{column}", meaning)
             if unit:
-                ds.attrs[f"unit:{column}"] = unit
+                put_attr(ds, f"unit:{column}", unit)
         elif extra_docs and column in extra_docs:
-            ds.attrs[f"doc:{column}"] = extra_docs[column]
+            put_attr(ds, f"doc:{column}", extra_docs[column])
     ds.attrs[ROWS_ATTR] = rows
     ds.attrs[CHECKSUM_ATTR] = checksum_value(rows, 0 if data is None else checksum(data))
     return ds
