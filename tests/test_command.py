@@ -3,6 +3,7 @@ mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning reco
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -20,7 +21,17 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run, read_history
 from atoll.report_line import report, result
-from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
+from conftest import (
+    BIN,
+    ROOT,
+    alive,
+    atoll_cmd,
+    descendants,
+    mpi_env,
+    mpirun_atoll,
+    mpirun_cmd,
+    run,
+)
 from test_slurm import job_env, slurm_run
 
 COMMANDS = ROOT / "tests" / "commands"
@@ -297,6 +308,57 @@ high = 1.0
     assert pid_file.with_name("terminated").exists() != stubborn
     ind = open_run(run_dir).individuals
     assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
+
+
+def running(pid: int, script: str, count: int, timeout: float = 30) -> list[int]:
+    """The ``count`` processes below ``pid`` whose command line names ``script``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for child in descendants(pid):
+            with contextlib.suppress(OSError):
+                if script in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+                    found.append(child)
+        if len(found) >= count or time.monotonic() > deadline:
+            assert len(found) == count, found
+            return found
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_stop_between_two_lines_reaches_the_script_at_once(tmp_path, ranks):
+    """The script said one epoch and is then silent for minutes: the job still ends within
+    seconds of SIGUSR1 (in-process, and mpirun with a 2-rank worker), every rank's script got
+    SIGTERM, and the individual is recorded as interrupted."""
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}", "--one-line"]
+stop_grace = 5
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    args = ["search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
+            "-q", "--set", "search.evaluations=2", "--set", f"search.ranks_per_worker={ranks}"]
+    proc = subprocess.Popen(mpirun_cmd(2, "-m", "atoll", *args) if ranks == 2
+                            else atoll_cmd(*args), cwd=ROOT, env=mpi_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_words(RunPaths(run_dir).command_log(0, 0), 2)  # "ATOLL epoch=0 val_loss=1.0"
+    scripts = running(proc.pid, "slow.py", ranks)
+    time.sleep(0.5)  # the worker has read the line and waits for the next
+    began = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # no test leaves a job behind (a no-op once it ended)
+    took = time.monotonic() - began
+    assert proc.returncode == 75, err[-2000:]
+    assert took < 15, took  # not the script's ten minutes of silence, nor its stop_grace
+    assert not any(alive(p) for p in scripts)
+    assert RunPaths(run_dir).work_dir(0).joinpath("terminated").exists()
+    assert open_run(run_dir).individuals["status"].tolist() == [int(Status.INTERRUPTED)]
 
 
 RESUMABLE = PLAIN.split("[objective]")[0] + f"""[objective]

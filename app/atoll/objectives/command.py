@@ -197,6 +197,9 @@ class CommandObjective:
                 if self.inherits:  # children may start from its files once it completed
                     _mark(ctx, watch, latest)
                 return self._value(leader.result, last)
+            if ctx.stop_requested():  # between two lines: the script hears of it at once
+                watch.child.stop(self.stop_grace)
+                return self._stopped_value(watch.last_result(), last)
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
         """Every rank whose child failed says why; the leader fails for any rank's child."""
