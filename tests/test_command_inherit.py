@@ -30,10 +30,11 @@ probability = 0.0
 """
 
 
-def search(tmp_path: Path, settings: list[str], ranks: int = 0) -> RunPaths:
-    """A finished search of CONFIG with ``settings``: in-process, or under mpirun."""
+def search(tmp_path: Path, settings: list[str], ranks: int = 0, config_text: str = CONFIG
+           ) -> RunPaths:
+    """A finished search of ``config_text`` with ``settings``: in-process, or under mpirun."""
     config = tmp_path / "atoll.toml"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     args = ["search", "--config", str(config), "--run-dir", str(tmp_path / "run"), "-q"]
     for item in settings:
         args += ["--set", item]
@@ -99,3 +100,16 @@ def test_pbt_on_two_rank_workers_trains_members_on_from_their_files(tmp_path):
     copies = ind[(ind["parent_b"] >= 0) & (ind["inherit_from"] >= 0)]
     for row in copies:  # a copy of a top member started from that member's files
         assert row["inherit_from"] == row["parent_a"]
+
+
+def test_a_child_whose_parents_files_are_gone_starts_from_scratch_with_no_lineage(tmp_path):
+    """The scripts empty their checkpoint directories as they end: a parent's small Atoll
+    checkpoint is kept, its files are not; its children are told nothing to resume, a warning
+    says why, and the record shows no inheritance."""
+    paths = search(tmp_path, ["search.evaluations=6", "evolution.strategy=ga",
+                              "evolution.population_size=2", "evolution.random_init=0",
+                              "inherit.enabled=true"],
+                   config_text=CONFIG.replace('"{work_dir}"]', '"{work_dir}", "--forget"]'))
+    assert check_lineage(paths, ranks=1) == 0
+    log = paths.log_file(0, 0).read_text()
+    assert "not inheriting individual" in log and "is empty or gone" in log, log[-2000:]

@@ -1,7 +1,8 @@
 """A training script that keeps its state (plain JSON, written whole) in ATOLL_CHECKPOINT_DIR and
 starts from ATOLL_RESUME_DIR when that is set: its own run's, or a parent's when
 ATOLL_INHERIT_FROM names one. It trains --epochs more epochs from there and notes, per rank,
-what it loaded in its work directory. No Atoll import."""
+what it loaded in its work directory. With --forget it empties its checkpoint directory as it
+ends. No Atoll import."""
 
 import argparse
 import json
@@ -13,6 +14,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--x", type=float, required=True)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--out", type=Path, required=True)
+parser.add_argument("--forget", action="store_true")
 args = parser.parse_args()
 
 rank = int(os.environ["RANK"])
@@ -34,4 +36,6 @@ for epoch in range(state["epoch"] + 1, state["epoch"] + 1 + args.epochs):
         print(f"ATOLL epoch={epoch} val_loss={state['w']}", flush=True)
 if rank == 0:
     args.out.joinpath("final.json").write_text(json.dumps(state))
+    if args.forget:
+        saves.joinpath("state.json").unlink()
     print(f"ATOLL result={state['w']}", flush=True)
