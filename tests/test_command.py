@@ -317,7 +317,8 @@ def running(pid: int, script: str, count: int, timeout: float = 30) -> list[int]
         found = []
         for child in descendants(pid):
             with contextlib.suppress(OSError):
-                if script in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+                words = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+                if script in words and "supervisor.py" not in words:
                     found.append(child)
         if len(found) >= count or time.monotonic() > deadline:
             assert len(found) == count, found
@@ -466,9 +467,7 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = RunPaths(tmp_path / "run").command_log(0, 0)
     wait_for_words(log, 2)  # "starting --hang"
-    scripts = [p for p in descendants(proc.pid) if "broken.py" in
-               Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
-    assert len(scripts) == 1
+    scripts = running(proc.pid, "broken.py", 1)
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 10
@@ -479,6 +478,43 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
     finally:
         if alive(scripts[0]):  # no test leaves it behind
             os.kill(scripts[0], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("own_session", [False, True])
+def test_every_process_below_a_rank_killed_with_sigkill_ends(tmp_path, own_session):
+    """A shell wrapper's background script ends with the rank, also when it left the wrapper's
+    process group and session (as a torchrun-like launcher's workers do): the supervisor, the
+    rank's direct child, is their subreaper and hears of the rank's death."""
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["sh", "-c", "{{python}} {COMMANDS}/wrapped.py {{work_dir}}{' --own-session' *
+                                                                     own_session} & wait"]
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(run_dir), "-q"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    work, deadline = RunPaths(run_dir).work_dir(0), time.monotonic() + 60
+    while not list(work.glob("grandchild-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    note = next(work.glob("grandchild-*"))
+    grandchild = int(note.name.split("-")[1])
+    below = descendants(proc.pid)  # the supervisor, the shell, the script
+    assert grandchild in below and len(below) == 3, below
+    assert (int(note.read_text()) == grandchild) == own_session  # its own process group
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in below if alive(p)]
+    for pid in left:  # no test leaves one behind
+        os.kill(pid, signal.SIGKILL)
+    assert not left
 
 
 def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
