@@ -214,6 +214,21 @@ def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(t
         assert not Path(f"/proc/{waiting}").exists()  # rank 0's command was ended
 
 
+def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_path):
+    """Rank 2, neither the leader nor the failed rank, leaves too, for rank 1's failure."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(3, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=3",
+                        "--set", "search.evaluations=1", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.FAILED)]
+    assert str(ind["error"][0]).endswith(
+        "; rank 2: CommandFailed: the command of worker rank 1 failed"), ind["error"][0]
+
+
 def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
     config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
     run_dir = tmp_path / "run"
@@ -459,7 +474,8 @@ def test_a_results_file_is_read_in_whole_lines_from_where_it_ended(tmp_path):
 
 
 def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
-    """PR_SET_PDEATHSIG: a script that says nothing (so no broken pipe ends it) still ends."""
+    """The supervisor hears of the rank's death: a script that says nothing (so no broken pipe
+    ends it) still ends."""
     config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "--hang"')
     proc = subprocess.Popen(
         atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",

@@ -137,6 +137,9 @@ def _started(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> subproce
     try:
         proc = _popen([sys.executable, "-S", "-I", supervisor.__file__, str(os.getpid()),
                        str(said), *argv], env, cwd, (said,))
+    except OSError:
+        os.close(status)
+        raise
     finally:
         os.close(said)
     with os.fdopen(status, "rb") as answer:

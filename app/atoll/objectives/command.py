@@ -202,7 +202,7 @@ class CommandObjective:
                 return self._stopped_value(watch.last_result(), last)
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
-        """Every rank whose child failed says why; the leader fails for any rank's child."""
+        """Every rank whose child failed says why; the others fail for the first such rank."""
         leader = ticks[0]
         if leader.bad_line:
             raise CommandFailed(f"the command printed a bad line: {leader.bad_line}")
@@ -212,7 +212,7 @@ class CommandObjective:
         failed = [r for r, t in enumerate(ticks) if t.exit_code not in (None, 0)]
         if rank in failed:
             raise CommandFailed(f"the command {_ended(ticks[rank].exit_code)}{_quoted(child)}")
-        if failed and rank == 0:
+        if failed:  # every rank leaves, none ticks on alone
             raise CommandFailed(f"the command of worker rank {failed[0]} failed")
 
     def _value(self, result: float | None, last: Mapping[str, float]) -> float:
