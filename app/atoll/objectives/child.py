@@ -33,6 +33,7 @@ _END_GRACE = 5.0
 """Seconds the supervisor has to end the command's processes before its group gets SIGKILL."""
 SUPERVISED = sys.platform.startswith("linux")
 """Whether commands run under the supervisor (it needs Linux's ``prctl``)."""
+_SUPERVISOR = os.path.abspath(supervisor.__file__)  # a relative PYTHONPATH entry is from here
 
 
 class ChildError(RuntimeError):
@@ -135,7 +136,7 @@ def _started(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> subproce
         return _popen(list(argv), env, cwd, ())
     status, said = os.pipe()
     try:
-        proc = _popen([sys.executable, "-S", "-I", supervisor.__file__, str(os.getpid()),
+        proc = _popen([sys.executable, "-S", "-I", _SUPERVISOR, str(os.getpid()),
                        str(said), *argv], env, cwd, (said,))
     except OSError:
         os.close(status)
