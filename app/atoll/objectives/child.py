@@ -41,7 +41,7 @@ class ChildError(RuntimeError):
 
 
 class Child:
-    """A running command; :meth:`close` always ends its process group."""
+    """A running command; :meth:`close` always ends it and every process it started."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
                  log_path: Path) -> None:
