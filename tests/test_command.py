@@ -3,6 +3,7 @@ mpirun ranks, results read from their ``ATOLL`` lines, failures and pruning reco
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -20,7 +21,17 @@ from atoll.individual import Status
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record import RunPaths, open_run, read_history
 from atoll.report_line import report, result
-from conftest import BIN, ROOT, alive, atoll_cmd, descendants, mpi_env, mpirun_atoll, run
+from conftest import (
+    BIN,
+    ROOT,
+    alive,
+    atoll_cmd,
+    descendants,
+    mpi_env,
+    mpirun_atoll,
+    mpirun_cmd,
+    run,
+)
 from test_slurm import job_env, slurm_run
 
 COMMANDS = ROOT / "tests" / "commands"
@@ -203,6 +214,21 @@ def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(t
         assert not Path(f"/proc/{waiting}").exists()  # rank 0's command was ended
 
 
+def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_path):
+    """Rank 2, neither the leader nor the failed rank, leaves too, for rank 1's failure."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(3, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=3",
+                        "--set", "search.evaluations=1", "-q", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.FAILED)]
+    assert str(ind["error"][0]).endswith(
+        "; rank 2: CommandFailed: the command of worker rank 1 failed"), ind["error"][0]
+
+
 def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
     config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
     run_dir = tmp_path / "run"
@@ -297,6 +323,58 @@ high = 1.0
     assert pid_file.with_name("terminated").exists() != stubborn
     ind = open_run(run_dir).individuals
     assert ind["status"].tolist() == [int(Status.INTERRUPTED)]
+
+
+def running(pid: int, script: str, count: int, timeout: float = 30) -> list[int]:
+    """The ``count`` processes below ``pid`` whose command line names ``script``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for child in descendants(pid):
+            with contextlib.suppress(OSError):
+                words = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+                if script in words and "supervisor.py" not in words:
+                    found.append(child)
+        if len(found) >= count or time.monotonic() > deadline:
+            assert len(found) == count, found
+            return found
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_stop_between_two_lines_reaches_the_script_at_once(tmp_path, ranks):
+    """The script said one epoch and is then silent for minutes: the job still ends within
+    seconds of SIGUSR1 (in-process, and mpirun with a 2-rank worker), every rank's script got
+    SIGTERM, and the individual is recorded as interrupted."""
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}", "--one-line"]
+stop_grace = 5
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    args = ["search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
+            "-q", "--set", "search.evaluations=2", "--set", f"search.ranks_per_worker={ranks}"]
+    proc = subprocess.Popen(mpirun_cmd(2, "-m", "atoll", *args) if ranks == 2
+                            else atoll_cmd(*args), cwd=ROOT, env=mpi_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_words(RunPaths(run_dir).command_log(0, 0), 2)  # "ATOLL epoch=0 val_loss=1.0"
+    scripts = running(proc.pid, "slow.py", ranks)
+    time.sleep(0.5)  # the worker has read the line and waits for the next
+    began = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # no test leaves a job behind (a no-op once it ended)
+    took = time.monotonic() - began
+    assert proc.returncode == 75, err[-2000:]
+    assert took < 15, took  # not the script's ten minutes of silence, nor its stop_grace
+    assert not any(alive(p) for p in scripts)
+    assert RunPaths(run_dir).work_dir(0).joinpath("terminated").exists()
+    assert open_run(run_dir).individuals["status"].tolist() == [int(Status.INTERRUPTED)]
 
 
 RESUMABLE = PLAIN.split("[objective]")[0] + f"""[objective]
@@ -396,7 +474,8 @@ def test_a_results_file_is_read_in_whole_lines_from_where_it_ended(tmp_path):
 
 
 def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
-    """PR_SET_PDEATHSIG: a script that says nothing (so no broken pipe ends it) still ends."""
+    """The supervisor hears of the rank's death: a script that says nothing (so no broken pipe
+    ends it) still ends."""
     config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "--hang"')
     proc = subprocess.Popen(
         atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
@@ -404,9 +483,7 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = RunPaths(tmp_path / "run").command_log(0, 0)
     wait_for_words(log, 2)  # "starting --hang"
-    scripts = [p for p in descendants(proc.pid) if "broken.py" in
-               Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
-    assert len(scripts) == 1
+    scripts = running(proc.pid, "broken.py", 1)
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 10
@@ -417,6 +494,43 @@ def test_a_command_ends_when_its_rank_is_killed_with_sigkill(tmp_path):
     finally:
         if alive(scripts[0]):  # no test leaves it behind
             os.kill(scripts[0], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("own_session", [False, True])
+def test_every_process_below_a_rank_killed_with_sigkill_ends(tmp_path, own_session):
+    """A shell wrapper's background script ends with the rank, also when it left the wrapper's
+    process group and session (as a torchrun-like launcher's workers do): the supervisor, the
+    rank's direct child, is their subreaper and hears of the rank's death."""
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["sh", "-c", "{{python}} {COMMANDS}/wrapped.py {{work_dir}}{' --own-session' *
+                                                                     own_session} & wait"]
+[space.lr]
+type = "float"
+low = 0.0
+high = 1.0
+"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(run_dir), "-q"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    work, deadline = RunPaths(run_dir).work_dir(0), time.monotonic() + 60
+    while not list(work.glob("grandchild-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    note = next(work.glob("grandchild-*"))
+    grandchild = int(note.name.split("-")[1])
+    below = descendants(proc.pid)  # the supervisor, the shell, the script
+    assert grandchild in below and len(below) == 3, below
+    assert (int(note.read_text()) == grandchild) == own_session  # its own process group
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in below if alive(p)]
+    for pid in left:  # no test leaves one behind
+        os.kill(pid, signal.SIGKILL)
+    assert not left
 
 
 def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):

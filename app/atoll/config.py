@@ -436,11 +436,12 @@ RESULTS_FROM = ("stdout", "file")
 COMMAND = "command"
 """``objective.name`` of a command objective."""
 COMMAND_FIELDS = ("id", "run_dir", "work_dir", "data_dir", "python", "checkpoint_dir",
-                  "resume_dir", "results_file")
+                  "resume_dir", "results_file", "inherit_from", "inherit_epoch")
 """Placeholders a command may use besides the parameters' names: the individual's id, the run
 directory, the individual's work directory, ``objective.data_dir``, Atoll's Python, where the
-script saves its checkpoint and resumes from (empty when there is none yet), and the file its
-``ATOLL`` lines go to with ``objective.results = "file"``."""
+script saves its checkpoint and resumes from (empty when there is none yet), the file its
+``ATOLL`` lines go to with ``objective.results = "file"``, and the parent and epoch whose
+checkpoint it resumes from when that is a parent's (empty otherwise)."""
 _TOP_KEYS = ("seed", "objective", "space", *_SECTIONS)
 _DIMENSIONS = _integer(1)
 _DEFAULT_DIMENSIONS = 2

@@ -1,5 +1,5 @@
 """Scripts that fail: --crash, --hang (past search.eval_timeout), --silent (no result),
---crash-rank1 (rank 1 crashes, rank 0 waits for it as a DDP partner would)."""
+--crash-rank1 (rank 1 crashes, the other ranks wait for it as DDP partners would)."""
 
 import os
 import sys
@@ -18,7 +18,8 @@ if mode == "--crash-rank1":
         while not pid.exists():  # crash once rank 0 runs
             time.sleep(0.01)
         sys.exit(3)
-    pid.with_suffix(".tmp").write_text(str(os.getpid()))
-    pid.with_suffix(".tmp").rename(pid)
+    mine = pid.with_suffix(f".tmp{os.environ['RANK']}")  # each waiting rank writes its own
+    mine.write_text(str(os.getpid()))
+    mine.rename(pid)
     time.sleep(600)
 print("done, but no result line")

@@ -1,5 +1,6 @@
-"""A long training script: reports an epoch every 0.1 s; on SIGTERM it notes it in its work
-directory and exits, or with --stubborn ignores it."""
+"""A long training script: reports an epoch every 0.1 s (with --one-line: one epoch, then a
+long silence); on SIGTERM it notes it in its work directory and exits, or with --stubborn
+ignores it."""
 
 import os
 import signal
@@ -17,5 +18,5 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN if "--stubborn" in sys.argv else no
 Path(sys.argv[1], "pid").write_text(str(os.getpid()))
 for epoch in range(600):
     print(f"ATOLL epoch={epoch} val_loss={1.0 / (epoch + 1)}", flush=True)
-    time.sleep(0.1)
+    time.sleep(600 if "--one-line" in sys.argv else 0.1)
 print("ATOLL result=0.0")

@@ -3,9 +3,10 @@
 SLURM sends SIGTERM or SIGUSR1 (``--signal``) before a time limit, perhaps to one task only.
 The rank that gets it sends a one-byte notice to every other rank on a private duplicate of the
 world communicator; every rank checks for notices with a non-blocking probe where it waits
-anyway (the leader before breeding, followers while idle, all ranks in ``ctx.report``). The
-search then stops breeding, ends evaluations at their next epoch boundary, flushes, and the job
-exits with :data:`atoll.exit_codes.EXIT_STOPPED` so that a job script can resume it.
+anyway (the leader before breeding, followers while idle, all ranks in ``ctx.report`` and
+``ctx.stop_requested``). The search then stops breeding, ends evaluations at their next epoch
+boundary (a command objective's at once), flushes, and the job exits with
+:data:`atoll.exit_codes.EXIT_STOPPED` so that a job script can resume it.
 """
 
 from __future__ import annotations

@@ -202,6 +202,19 @@ class Context:
             services.metric_check.saw(values)
         return stopping or self.judged
 
+    def stop_requested(self) -> bool:
+        """Whether the job is asked to stop (a signal, the wall time): the evaluation is then
+        recorded as interrupted, whatever it returns. :meth:`report` asks at each epoch; this
+        is for an objective that waits long between two (a command objective, between two
+        lines of its script). Collective, as :meth:`report`."""
+        services = self._services
+        if services.should_stop is None:
+            return False
+        with services.together("ctx.stop_requested()"):
+            stopping = services.should_stop()
+        self.interrupted |= stopping
+        return stopping
+
     @property
     def judged(self) -> bool:
         """Whether pruning stopped or paused this evaluation."""

@@ -4,15 +4,14 @@ The child runs in a new session (so its process group is its own: a stop or a ti
 script and everything it started, and a Ctrl-C meant for Atoll does not reach it first). Two
 threads copy its stdout and stderr line by line into the log file; stdout lines are kept for
 the caller to read, the last stderr lines for the error of a failed evaluation. On Linux the
-child also asks the kernel for SIGKILL when the rank that started it dies (``PR_SET_PDEATHSIG``),
-so a rank killed with SIGKILL leaves no command running on.
+direct child is :mod:`atoll.objectives.supervisor`, which starts the command and ends every
+process below it when the command exits, when the rank dies (even by SIGKILL), and when the
+rank ends it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
 import queue
 import signal
@@ -22,42 +21,19 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from atoll.objectives import supervisor
 
 STDERR_TAIL = 8
 """Lines of stderr a failed evaluation's error quotes."""
 _READER_GRACE = 5.0
 """Seconds to wait for the output of a finished child to be read to its end."""
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-@functools.cache
-def _prctl() -> Any:
-    """libc's ``prctl``, from the symbols the Python process already has."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    return prctl
-
-
-def _death_signal() -> Callable[[], None] | None:
-    """What the child runs before its program (Linux only): SIGKILL when its parent dies.
-
-    The kernel sends it when the thread that started the child ends: the rank's main thread,
-    which evaluates. ``prctl`` is resolved here, in the parent, so that the child between fork
-    and exec only makes system calls; a parent that died before the call is seen after it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl, parent = _prctl(), os.getpid()
-
-    def ask() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return ask
+_END_GRACE = 5.0
+"""Seconds the supervisor has to end the command's processes before its group gets SIGKILL."""
+SUPERVISED = sys.platform.startswith("linux")
+"""Whether commands run under the supervisor (it needs Linux's ``prctl``)."""
+_SUPERVISOR = os.path.abspath(supervisor.__file__)  # a relative PYTHONPATH entry is from here
 
 
 class ChildError(RuntimeError):
@@ -65,7 +41,7 @@ class ChildError(RuntimeError):
 
 
 class Child:
-    """A running command; :meth:`close` always ends its process group."""
+    """A running command; :meth:`close` always ends it and every process it started."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
                  log_path: Path) -> None:
@@ -76,10 +52,7 @@ class Child:
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._news = threading.Event()  # a line came, or a stream closed
         try:
-            self._proc = subprocess.Popen(
-                list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                start_new_session=True, preexec_fn=_death_signal())
+            self._proc = _started(argv, env, cwd)
         except OSError as exc:
             self._log.close()
             raise ChildError(f"objective.command: cannot start {argv[0]!r} in {cwd}: "
@@ -120,30 +93,67 @@ class Child:
         return code
 
     def stop(self, grace: float) -> None:
-        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; waits for the end."""
+        """SIGTERM to the process group, everything ended after ``grace`` seconds; waits for
+        the end."""
         self._kill_group(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            self._kill_group(signal.SIGKILL)
-            self._proc.wait()
-        self.exit_code()
+        self._end()
 
     def stderr_tail(self) -> str:
         return " | ".join(self._tail)
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            self._kill_group(signal.SIGKILL)
-            self._proc.wait()
-        self.exit_code()
+        self._end()
         for stream in (self._proc.stdout, self._proc.stderr):
             if stream is not None:
                 stream.close()
         self._log.close()
+
+    def _end(self) -> None:
+        """End the command and every process it started (the supervisor kills them all,
+        whatever their process group; then the group gets SIGKILL too), and read its output."""
+        if SUPERVISED and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, supervisor.END)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(_END_GRACE)
+        if self._proc.poll() is None:
+            self._kill_group(signal.SIGKILL)
+            self._proc.wait()
+        self.exit_code()
 
     def _kill_group(self, sig: int) -> None:
         try:
             os.killpg(self._proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass  # the group has ended
+
+
+def _started(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """The running command (under the supervisor on Linux); OSError if it cannot start."""
+    if not SUPERVISED:
+        return _popen(list(argv), env, cwd, ())
+    status, said = os.pipe()
+    try:
+        proc = _popen([sys.executable, "-S", "-I", _SUPERVISOR, str(os.getpid()),
+                       str(said), *argv], env, cwd, (said,))
+    except OSError:
+        os.close(status)
+        raise
+    finally:
+        os.close(said)
+    with os.fdopen(status, "rb") as answer:
+        failed = answer.read()  # nothing once the command started
+    if failed:
+        proc.communicate()
+        errno = int(failed)
+        raise OSError(errno, os.strerror(errno))
+    return proc
+
+
+def _popen(argv: list[str], env: Mapping[str, str], cwd: Path,
+           pass_fds: tuple[int, ...]) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True, pass_fds=pass_fds)

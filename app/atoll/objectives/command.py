@@ -11,7 +11,10 @@ same epochs and end alike.
 The script keeps its own checkpoint (its format: Atoll never reads it) in a directory per
 individual that it is told of; once it holds files, the worker saves a small Atoll checkpoint
 of the individual too, so that even a job killed without a word lets the next job continue it
-(:mod:`atoll.record.checkpoints`), and the directory goes when the evaluation completes.
+(:mod:`atoll.record.checkpoints`), and the directory goes when the evaluation completes, unless
+children may inherit it: then the Atoll checkpoint is saved again at its last epoch, and a bred
+child that inherits starts its script with hard links to the parent's files to resume from,
+told whose they are (``ATOLL_INHERIT_FROM``, ``ATOLL_INHERIT_EPOCH``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from atoll.errors import ObjectiveError, described
 from atoll.objectives.child import Child, ChildError
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
 
     from atoll.config import Config
     from atoll.evaluation.context import Context
+
+_T = TypeVar("_T")
 
 TICK = 0.05
 """Seconds at most between two looks at the children (and one allgather on a multi-rank
@@ -79,6 +84,7 @@ class CommandObjective:
         self.eval_timeout = config.search.eval_timeout
         self.fallback_metric = config.pruning.metric  # a pruned script's value, if it has none
         self.results = objective.results
+        self.inherits = config.inherits  # bred children may start from a parent's files
         self.paths = RunPaths(run_dir.resolve())  # the command runs in another directory
 
     def preflight(self, options: Mapping[str, Any], data_dir: str | None,
@@ -95,43 +101,74 @@ class CommandObjective:
 
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
         env = {**os.environ, **rendezvous(ctx.comm)}
-        resume = _leaders_word(ctx, ctx.is_leader and _holds_files(
-            self.paths.command_checkpoint_dir(ctx.individual_id)))
-        with _own_deadline():
-            watch, error = self._start(params, env, ctx, resume)
-            errors = ctx.comm.allgather(error) if ctx.size > 1 else [error]
-            try:
-                failed = [r for r, e in enumerate(errors) if e]
-                if failed:  # every rank learns it: none is left waiting for the others
-                    raise CommandFailed(error or f"the command of worker rank {failed[0]} "
-                                        "could not start")
-                assert watch is not None
-                return self._follow(watch, ctx)
-            finally:
-                if watch is not None:
-                    watch.child.close()
+        own = self.paths.command_checkpoint_dir(ctx.individual_id)
+        resume = own if _leaders_word(ctx, ctx.is_leader and _holds_files(own)) else None
+        offered = self._offer_inherited(ctx) if resume is None and self.inherits else None
+        try:
+            with _own_deadline():
+                return self._run(params, env, ctx, resume or offered)
+        finally:
+            if offered is not None and ctx.is_leader:
+                shutil.rmtree(offered, ignore_errors=True)
+
+    def _run(self, params: Mapping[str, Any], env: dict[str, str], ctx: Context,
+             resume: Path | None) -> float:
+        """Start every rank's command, then follow them to their end (collective)."""
+        watch, error = self._start(params, env, ctx, resume)
+        errors = ctx.comm.allgather(error) if ctx.size > 1 else [error]
+        try:
+            failed = [r for r, e in enumerate(errors) if e]
+            if failed:  # every rank learns it: none is left waiting for the others
+                raise CommandFailed(error or f"the command of worker rank {failed[0]} "
+                                    "could not start")
+            assert watch is not None
+            return self._follow(watch, ctx)
+        finally:
+            if watch is not None:
+                watch.child.close()
+
+    def _offer_inherited(self, ctx: Context) -> Path | None:
+        """Collective. For a bred child that inherits and has no files of its own: its
+        parent's kept script checkpoint, linked into a directory of the child's own (the script
+        never sees the parent's files, and no deletion of them can reach it), or None."""
+        ctx.load_checkpoint()  # the parent's small Atoll checkpoint: its lineage, its epoch
+        lineage = ctx.inherited
+        if lineage is None:
+            return None
+        offered = self.paths.inherited_dir(ctx.individual_id)
+        problem = _leaders_word(ctx, _link_tree(
+            self.paths.command_checkpoint_dir(lineage.individual), offered)
+            if ctx.is_leader else "")
+        if problem:
+            ctx.decline_inherited(problem)
+            return None
+        return offered
 
     def _start(self, params: Mapping[str, Any], env: dict[str, str], ctx: Context,
-               resume: bool) -> tuple[_Watch | None, str]:
+               resume: Path | None) -> tuple[_Watch | None, str]:
         """This rank's child, or why it could not start (said to the worker's other ranks)."""
         ident = ctx.individual_id
         work_dir, saves = self.paths.work_dir(ident), self.paths.command_checkpoint_dir(ident)
         results_file = work_dir / f"results-rank{ctx.rank}.txt"
+        lineage = ctx.inherited if resume is not None and resume != saves else None
+        inherited = {"inherit_from": "" if lineage is None else str(lineage.individual),
+                     "inherit_epoch": "" if lineage is None else str(lineage.epoch)}
         values = {**params, "id": ident, "run_dir": self.paths.run_dir, "work_dir": work_dir,
                   "data_dir": self.data_dir, "python": sys.executable, "checkpoint_dir": saves,
-                  "resume_dir": saves if resume else "", "results_file": results_file}
+                  "resume_dir": resume or "", "results_file": results_file, **inherited}
         try:
             work_dir.mkdir(parents=True, exist_ok=True)
             saves.mkdir(parents=True, exist_ok=True)
             argv = [word.format(**values) for word in self.command]
-            env.update(ATOLL_CHECKPOINT_DIR=str(saves),
-                       ATOLL_RESUME_DIR=str(saves) if resume else "")
+            env.update(ATOLL_CHECKPOINT_DIR=str(saves), ATOLL_RESUME_DIR=str(resume or ""),
+                       ATOLL_INHERIT_FROM=inherited["inherit_from"],
+                       ATOLL_INHERIT_EPOCH=inherited["inherit_epoch"])
             if self.results == "file":
                 env[RESULTS_FILE] = str(results_file)
             env.update({k: v.format(**values) for k, v in self.env.items()})
             results = ResultsFile(results_file) if self.results == "file" else None
             child = Child(argv, env, self.cwd, self.paths.command_log(ident, ctx.rank))
-            return _Watch(child, ctx.is_leader, results, saves, marked=resume), ""
+            return _Watch(child, ctx.is_leader, results, saves, marked=resume == saves), ""
         except (OSError, ValueError, ChildError) as exc:
             return None, described(exc)
 
@@ -139,6 +176,7 @@ class CommandObjective:
         """Watch the children until they end, fail, time out or are told to stop."""
         deadline = time.monotonic() + self.eval_timeout if self.eval_timeout else math.inf
         last = dict[str, float]()
+        latest = 0  # the last epoch reported
         while True:
             watch.child.wait(TICK)
             mine = watch.look(time.monotonic() > deadline)
@@ -146,28 +184,25 @@ class CommandObjective:
             leader = ticks[0]
             for epoch, metrics in leader.epochs:
                 last.update(metrics)
+                latest = epoch
                 if ctx.report(epoch, **metrics):
-                    if ctx.paused_at is not None:
-                        self._keep_for_promotion(ctx, watch, epoch)
+                    if ctx.paused_at is not None:  # a pause needs a checkpoint there
+                        _mark(ctx, watch, epoch)
                     watch.child.stop(self.stop_grace)
                     return self._stopped_value(watch.last_result(), last)
             if leader.checkpointed:  # from now on a killed job's next job continues it
-                ctx.save_checkpoint({"command_checkpoint": str(watch.saves)},
-                                    leader.epochs[-1][0])
+                ctx.save_checkpoint(_marker(watch), latest)
             self._raise_on_failure(watch.child, ctx.rank, ticks)
             if all(t.exit_code == 0 for t in ticks):
+                if self.inherits:  # children may start from its files once it completed
+                    _mark(ctx, watch, latest)
                 return self._value(leader.result, last)
-
-    @staticmethod
-    def _keep_for_promotion(ctx: Context, watch: _Watch, epoch: int) -> None:
-        """Collective. ``asha`` paused the evaluation at ``epoch``: a pause needs a checkpoint
-        there, so the worker saves one naming the script's directory (the leader's view of it
-        decides) and a promotion gives the script that directory to resume from."""
-        if _leaders_word(ctx, ctx.is_leader and _holds_files(watch.saves)):
-            ctx.save_checkpoint({"command_checkpoint": str(watch.saves)}, epoch)
+            if ctx.stop_requested():  # between two lines: the script hears of it at once
+                watch.child.stop(self.stop_grace)
+                return self._stopped_value(watch.last_result(), last)
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
-        """Every rank whose child failed says why; the leader fails for any rank's child."""
+        """Every rank whose child failed says why; the others fail for the first such rank."""
         leader = ticks[0]
         if leader.bad_line:
             raise CommandFailed(f"the command printed a bad line: {leader.bad_line}")
@@ -177,7 +212,7 @@ class CommandObjective:
         failed = [r for r, t in enumerate(ticks) if t.exit_code not in (None, 0)]
         if rank in failed:
             raise CommandFailed(f"the command {_ended(ticks[rank].exit_code)}{_quoted(child)}")
-        if failed and rank == 0:
+        if failed:  # every rank leaves, none ticks on alone
             raise CommandFailed(f"the command of worker rank {failed[0]} failed")
 
     def _value(self, result: float | None, last: Mapping[str, float]) -> float:
@@ -273,9 +308,43 @@ def _holds_files(directory: Path) -> bool:
         return False
 
 
-def _leaders_word(ctx: Context, value: bool) -> bool:
+def _leaders_word(ctx: Context, value: _T) -> _T:
     """The leader's ``value`` on every rank (one broadcast on a multi-rank worker)."""
-    return bool(ctx.comm.bcast(value, root=0)) if ctx.size > 1 else value
+    return ctx.comm.bcast(value, root=0) if ctx.size > 1 else value  # type: ignore[no-any-return]
+
+
+def _marker(watch: _Watch) -> dict[str, str]:
+    """The state of the individual's Atoll checkpoint: only where the script keeps its own."""
+    return {"command_checkpoint": str(watch.saves)}
+
+
+def _mark(ctx: Context, watch: _Watch, epoch: int) -> None:
+    """Collective. Save the individual's Atoll checkpoint at ``epoch`` if the script's
+    directory holds files (the leader's view decides): a paused individual is then continued
+    from there, and a kept one is inherited from, its children starting after ``epoch``."""
+    if _leaders_word(ctx, ctx.is_leader and _holds_files(watch.saves)):
+        ctx.save_checkpoint(_marker(watch), epoch)
+
+
+def _link_tree(source: Path, target: Path) -> str:
+    """Make ``target`` anew with hard links to the files under ``source`` (copies where a link
+    cannot be made); "" when done, else why not."""
+    shutil.rmtree(target, ignore_errors=True)
+    if not _holds_files(source):
+        return f"its script's checkpoint directory {source} is empty or gone"
+    try:
+        shutil.copytree(source, target, copy_function=_link_or_copy)
+    except OSError as exc:
+        shutil.rmtree(target, ignore_errors=True)
+        return f"its script's checkpoint directory could not be offered: {described(exc)}"
+    return ""
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
 
 
 def _ended(code: int | None) -> str:

@@ -114,13 +114,15 @@ class CheckpointStore:
             return None
 
     def discard(self, individual_id: int) -> None:
-        """Delete the individual's checkpoint, and a command's own checkpoint directory: its
-        evaluation completed (ok, failed, pruned). Called after every evaluation, so a run
-        that never kept one pays a single stat for it (the folder appears with the first)."""
+        """Delete the individual's checkpoint, and a command's own checkpoint directory (and
+        its links to a parent's files, if a killed job left them): its evaluation completed
+        (ok, failed, pruned). Called after every evaluation, so a run that never kept one pays a
+        single stat for it (the folder appears with the first)."""
         if not os.path.isdir(self._folder):
             return
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
         shutil.rmtree(self.paths.command_checkpoint_dir(individual_id), ignore_errors=True)
+        shutil.rmtree(self.paths.inherited_dir(individual_id), ignore_errors=True)
 
     def unrecorded(self, recorded: set[int]) -> list[Unrecorded]:
         """Trusted checkpoints of this run whose individuals have no row in the record, in

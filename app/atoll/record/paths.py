@@ -25,6 +25,7 @@ class RunPaths:
         RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
         RUN_DIR/checkpoints/ind000000000042/      a command objective's own checkpoint files
         RUN_DIR/checkpoints/ind000000000042.promoting  held while a worker promotes it (asha)
+        RUN_DIR/checkpoints/ind000000000042.inherited/ links to the parent's files it inherits
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
         RUN_DIR/logs/ind000000000042-rank0.log    a command objective's output, per worker rank
         RUN_DIR/work/ind000000000042/             a command objective's work directory
@@ -95,6 +96,11 @@ class RunPaths:
         """Where a command objective's script keeps its own checkpoint (its format, never read
         by Atoll) while the individual may be continued."""
         return self.checkpoints_dir / f"ind{individual_id:012d}"
+
+    def inherited_dir(self, individual_id: int) -> Path:
+        """Where a command objective's script finds the files of the parent's checkpoint it
+        inherits (hard links or copies: the parent's own files are never offered)."""
+        return self.checkpoints_dir / f"ind{individual_id:012d}.inherited"
 
     def promotion_claim(self, individual_id: int) -> Path:
         """The claim of the worker promoting a paused individual (:mod:`atoll.record.promotion`)."""
