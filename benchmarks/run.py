@@ -8,8 +8,9 @@
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna; for Ray
 Tune's, benchmarks/.venv-ray) if missing, runs every measurement (each module's ``run``; the
-SLOW ones only when named), prints the table and writes benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
-none``), Atoll from .venv, Propulate and Optuna from their own venvs.
+SLOW ones only when named), prints the table and writes benchmarks/RESULTS.md. Each side runs
+under Open MPI's mpirun (``--oversubscribe --bind-to none``), Atoll from .venv, the peers from
+their own venvs.
 """
 
 from __future__ import annotations
