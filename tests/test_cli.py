@@ -183,9 +183,11 @@ TRAINING_EXAMPLES = {"digits.toml", "ddp_user.toml"}  # run with small budgets i
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.toml")
                                            if p.name not in TRAINING_EXAMPLES))
-def test_every_search_example_runs_on_4_ranks_within_a_minute(tmp_path, example):
+def test_every_search_example_runs_on_4_ranks_in_minutes(tmp_path, example):
+    # command.toml starts a torch script per rank and evaluation: about a minute here idle
+    limit = 180 if example == "command.toml" else 60
     done = mpirun_atoll(4, "search", "--config", f"examples/{example}", "--run-dir",
-                        str(tmp_path / "r"), timeout=60)
+                        str(tmp_path / "r"), timeout=limit)
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"^Best \d+ of \d+", done.stdout, re.M), done.stdout[-2000:]
 
