@@ -295,21 +295,27 @@ def test_a_command_config_survives_the_record_round_trip():
     assert parse_config(config_to_dict(config)) == config
 
 
-@pytest.mark.parametrize("stubborn", [False, True])
-def test_a_stopping_job_ends_its_command_and_records_it_interrupted(tmp_path, stubborn):
+def started_search(tmp_path: Path, objective: str, *args: str) -> subprocess.Popen[str]:
+    """A search of PLAIN's settings in tmp_path/run, its objective section's ``command =``
+    and what follows it given (TOML), running in the background."""
     config = PLAIN.split("[objective]")[0] + f"""[objective]
-command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}"{', "--stubborn"' * stubborn}]
-stop_grace = 1
+command = {objective}
 [space.lr]
 type = "float"
 low = 0.0
 high = 1.0
 """
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
-                  "-q", "--set", "search.evaluations=2"),
+    return subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(tmp_path / "run"), "-q", *args),
         cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_a_stopping_job_ends_its_command_and_records_it_interrupted(tmp_path, stubborn):
+    run_dir = tmp_path / "run"
+    proc = started_search(tmp_path, f"""["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}"{
+        ', "--stubborn"' * stubborn}]\nstop_grace = 1""", "--set", "search.evaluations=2")
     pid_file = RunPaths(run_dir).work_dir(0) / "pid"
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
@@ -501,19 +507,9 @@ def test_every_process_below_a_rank_killed_with_sigkill_ends(tmp_path, own_sessi
     """A shell wrapper's background script ends with the rank, also when it left the wrapper's
     process group and session (as a torchrun-like launcher's workers do): the supervisor, the
     rank's direct child, is their subreaper and hears of the rank's death."""
-    config = PLAIN.split("[objective]")[0] + f"""[objective]
-command = ["sh", "-c", "{{python}} {COMMANDS}/wrapped.py {{work_dir}}{' --own-session' *
-                                                                     own_session} & wait"]
-[space.lr]
-type = "float"
-low = 0.0
-high = 1.0
-"""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
-                  str(run_dir), "-q"),
-        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = started_search(tmp_path, f"""["sh", "-c", "{{python}} {COMMANDS}/wrapped.py {{work_dir}}{
+        ' --own-session' * own_session} & wait"]""")
     work, deadline = RunPaths(run_dir).work_dir(0), time.monotonic() + 60
     while not list(work.glob("grandchild-*")) and time.monotonic() < deadline:
         time.sleep(0.05)
