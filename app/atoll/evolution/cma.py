@@ -51,7 +51,7 @@ from atoll.space import CategoricalParam, IntParam, Param, Space
 
 INITIAL_SIGMA = 1 / 6
 """In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts (a third costs the
-step time to shrink first: benchmarks/RESULTS.md)."""
+step time to shrink first: benchmarks/EARLIER-RUNS.md)."""
 
 
 def clip_step(cma: CMA | CMAwM, point: np.ndarray) -> np.ndarray:

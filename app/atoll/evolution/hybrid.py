@@ -30,7 +30,7 @@ next new best brings the floor back to FLOOR. While the island improves at its u
 (CMA-ES on a smooth function, however slowly it finds new bests) the floor stays at FLOOR and
 costs the leader nothing; a fixed count of results would read a slow, steady refinement as a
 stall. The measurements behind
-these choices are in benchmarks/RESULTS.md and the README's "Which strategy".
+these choices are in benchmarks/EARLIER-RUNS.md and the README's "Which strategy".
 
 The state is not recorded: on resume it is rebuilt from the restored results the loop tells it,
 in order of id.
@@ -71,7 +71,7 @@ PRIOR = 0.1
 
 SHRINK = 10.0
 """Pseudo-tries at the pooled rate in each strategy's rate (chosen against 0, 2 and 5:
-benchmarks/RESULTS.md)."""
+benchmarks/EARLIER-RUNS.md)."""
 
 BY_CMAES, BY_GA = 0, 1
 _CREDITED = {Origin.CMAES: BY_CMAES, Origin.GA: BY_GA}
