@@ -153,6 +153,27 @@ def test_changed_text_in_run_h5_is_refused_by_every_reader(
     assert record_bytes(run_dir) == before
 
 
+@pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])
+def test_changed_text_in_run_h5s_jobs_is_refused_by_every_reader(
+        tmp_path: Path, finished_run: Path, argv: tuple[str, ...]) -> None:
+    """run.h5 and results.h5 are written whole, their text in fixed-length columns that the
+    tables' checksums cover: no global heap (unchecked; a damaged header there loops HDF5)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    run_file = run_dir / "run.h5"
+    for whole in (run_file, run_dir / "results.h5"):
+        assert b"GCOL" not in whole.read_bytes()  # a global heap collection's signature
+    flip_text(run_file, open_run(run_dir).jobs["layout"][0].encode()[:64])
+    before = record_bytes(run_dir)
+    done = run(atoll_cmd(*argv, str(run_dir)), timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"atoll: error: {run_file}: table 'jobs'") and "damaged" in last, \
+        done.stderr
+    assert record_bytes(run_dir) == before
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("finished") / "run"

@@ -20,7 +20,7 @@ import numpy as np
 import atoll
 from atoll.errors import RecordError
 from atoll.record.paths import temp_for
-from atoll.record.schema import SCHEMA_VERSION, put_attr
+from atoll.record.schema import SCHEMA_VERSION, STR, put_attr
 
 KIND_ATTR = "kind"
 RUN_KIND = "atoll-run"
@@ -223,8 +223,17 @@ def plain(value: Any) -> Any:
 
 
 def decoded(table: np.ndarray) -> np.ndarray:
-    """``table`` with its variable-length strings as ``str`` (h5py reads them as bytes)."""
-    for name in table.dtype.names or ():
+    """``table`` with its text as ``str`` in object columns (h5py reads variable-length strings
+    as bytes, fixed-length ones as a bytes column)."""
+    names = table.dtype.names or ()
+    if any(table.dtype[name].kind == "S" for name in names):
+        out = np.empty(len(table), dtype=[
+            (name, STR if table.dtype[name].kind == "S" else table.dtype[name])
+            for name in names])
+        for name in names:
+            out[name] = table[name]
+        table = out
+    for name in names:
         if table.dtype[name].kind == "O":
             table[name] = [v.decode() if isinstance(v, bytes) else v for v in table[name]]
     return table

@@ -40,7 +40,6 @@ from atoll.record.claim import CLAIM_FILE
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
     NEW_EPOCHS,
-    ROWS_ATTR,
     check_param_names,
     committed,
     committed_rows,
@@ -224,14 +223,12 @@ def begin_job(paths: RunPaths, *, layout: Mapping[str, Any], hosts: list[str],
               versions: Mapping[str, str], slurm: Mapping[str, str], start: float) -> int:
     """Append a job to the jobs table; return its number (0 for the first job of the run)."""
     def append(f: h5py.File) -> int:
-        ds = f["jobs"]
-        job = committed_rows(ds)
+        jobs = decoded(committed(f["jobs"]))
+        job = len(jobs)
         row = np.array([(job, start, math.nan, -1, to_json(list(hosts)), to_json(dict(layout)),
                          to_json(dict(versions)), to_json(dict(slurm)))], dtype=job_dtype())
-        ds.resize((job + 1,))
-        ds[job:] = row
-        ds.attrs[ROWS_ATTR] = job + 1
-        seal(ds)
+        del f["jobs"]  # written again whole: its text columns as wide as their longest value
+        create_table(f, "jobs", job_dtype(), data=np.concatenate([jobs.astype(job_dtype()), row]))
         return job
 
     return _edit(paths, append)

@@ -226,11 +226,15 @@ def create_table(group: h5py.Group, name: str, dtype: np.dtype, *, table: str | 
                  compress: bool = False) -> h5py.Dataset:
     """Create table ``name`` (of kind ``table``, default ``name``) with its column attributes.
 
-    ``data``, if given, becomes the table's committed rows. Worker files are never compressed:
+    ``data``, if given, becomes the table's committed rows, its text in columns as wide as
+    their longest value (:func:`fixed_text`). Worker files are never compressed:
     an uncompressed chunk keeps its place in the file, which keeps a killed flush local.
     """
     kind = table or name
     rows = 0 if data is None else len(data)
+    if data is not None:
+        data = fixed_text(data)
+        dtype = data.dtype
     chunk = CHUNK_ROWS[kind]
     ds = group.create_dataset(name, shape=(rows,), maxshape=(None,), chunks=(chunk,),
                               dtype=dtype, compression="gzip" if compress else None,
@@ -250,6 +254,26 @@ def create_table(group: h5py.Group, name: str, dtype: np.dtype, *, table: str | 
     ds.attrs[ROWS_ATTR] = rows
     ds.attrs[CHECKSUM_ATTR] = checksum_value(rows, 0 if data is None else checksum(data))
     return ds
+
+
+def fixed_text(table: np.ndarray) -> np.ndarray:
+    """``table`` with its text columns as fixed-length UTF-8 strings, as wide as their longest
+    value. A table written whole (run.h5's jobs, results.h5) so keeps its text in the rows, which
+    its checksum covers, and not in HDF5's global heap: nothing checks that heap, and a damaged
+    header in it sends HDF5 into an endless loop. Worker files append, so their text columns
+    stay variable-length."""
+    names = table.dtype.names or ()
+    texts = {name: [value.encode() if isinstance(value, str) else bytes(value)
+                    for value in table[name]]
+             for name in names if table.dtype[name].kind == "O"}
+    if not texts:
+        return table
+    out = np.empty(len(table), dtype=[
+        (name, h5py.string_dtype("utf-8", max([1, *map(len, texts[name])])) if name in texts
+         else table.dtype[name]) for name in names])
+    for name in names:
+        out[name] = texts[name] if name in texts else table[name]
+    return out
 
 
 def param_docs(space: Space) -> dict[str, str]:
