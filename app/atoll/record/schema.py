@@ -300,8 +300,9 @@ def committed_rows(ds: h5py.Dataset) -> int:
 
 
 def checksum(rows: np.ndarray, crc: int = 0) -> int:
-    """CRC-32 of the rows' fixed-size columns (strings live elsewhere in the file), row after
-    row, continuing ``crc``: the CRC of the rows before them."""
+    """CRC-32 of the rows' fixed-size columns (fixed-length text included; variable-length
+    strings live elsewhere in the file), row after row, continuing ``crc``: the CRC of the rows
+    before them."""
     names = [n for n in rows.dtype.names or () if rows.dtype[n].kind != "O"]
     packed = np.empty(len(rows), dtype=[(n, rows.dtype[n].newbyteorder("<")) for n in names])
     for name in names:
