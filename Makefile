@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_btl ?= ^ofi
 MPIRUN := $(BIN)/mpirun --oversubscribe --bind-to none
 
-.PHONY: all install run test test-slow bench bench-full lint clean
+.PHONY: all install run test test-slow bench bench-full bench-training lint clean
 all: test
 
 $(STAMP): pyproject.toml
@@ -48,6 +48,11 @@ bench: $(STAMP)
 # The peers rows alone on all four layouts with 10 seeds (hours): benchmarks/RESULTS-full.md.
 bench-full: $(STAMP)
 	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md
+
+# Reusing training (ASHA, inherited weights, PBT against full training; about half an hour on
+# 2 cores), not part of make bench: benchmarks/RESULTS-training.md.
+bench-training: $(STAMP)
+	$(BIN)/python benchmarks/run.py --only training_reuse --output benchmarks/RESULTS-training.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests benchmarks

@@ -3,11 +3,13 @@
     .venv/bin/python benchmarks/run.py [--only throughput,scale,startup,ddp_setup,ddp_throughput,
                                         quality,propagators,recording,strategies,
                                         strategy_costs,scheduler_costs,pruning,fidelity,
-                                        continuation,checkpoints,command_costs,peers]
+                                        continuation,checkpoints,command_costs,peers,
+                                        training_reuse]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna) if
 missing, runs every measurement (each module's ``run``), prints the table and writes
-benchmarks/RESULTS.md. Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
+benchmarks/RESULTS.md. ``training_reuse`` (about half an hour) runs only when named
+(``make bench-training``). Each side runs under Open MPI's mpirun (``--oversubscribe --bind-to
 none``), Atoll from .venv, Propulate and Optuna from their own venvs.
 """
 
@@ -39,6 +41,7 @@ import startup
 import strategies
 import strategy_costs
 import throughput
+import training_reuse
 from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
@@ -47,7 +50,10 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
                 "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
-                "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers}
+                "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers,
+                "training_reuse": training_reuse}
+OPT_IN = ("training_reuse",)
+"""Measurements left out unless ``--only`` names them (their own make target)."""
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
@@ -258,8 +264,9 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(MEASUREMENTS),
-                        help="comma-separated measurements to run (default: all)")
+    parser.add_argument("--only", default=",".join(n for n in MEASUREMENTS if n not in OPT_IN),
+                        help="comma-separated measurements to run (default: all but "
+                             f"{', '.join(OPT_IN)})")
     parser.add_argument("--output", type=Path, default=common.HERE / "RESULTS.md")
     parser.add_argument("--peers", choices=sorted(peers.PRESETS), default="quick",
                         help="the peers rows' layouts and seeds (make bench: quick; make "
