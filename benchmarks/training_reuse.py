@@ -58,7 +58,7 @@ name = "{objective}"
 [objective.options]
 dataset = "{dataset}"
 epochs = {epochs}
-batch_size = 32
+batch_size = 64
 patience = {epochs}
 val_fraction = 0.2
 
@@ -73,13 +73,13 @@ choices = ["relu", "tanh"]
 
 [space.lr]
 type = "float"
-low = 0.05
-high = 2.0
+low = 0.1
+high = 3.0
 log = true
 
 [space.gamma]
 type = "float"
-low = 0.8
+low = 0.95
 high = 1.0
 
 [search]
