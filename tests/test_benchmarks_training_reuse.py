@@ -19,6 +19,13 @@ import spirals  # noqa: E402
 import training_reuse as reuse  # noqa: E402
 
 
+def test_make_bench_leaves_it_out_and_make_bench_training_runs_it_alone():
+    import run as bench
+
+    assert bench.MEASUREMENTS["training_reuse"] is reuse
+    assert "training_reuse" not in bench.DEFAULT and "pruning" in bench.DEFAULT
+
+
 def test_the_spirals_task_is_the_same_everywhere_and_every_arm_is_well_filled():
     first, again = spirals.build("train"), spirals.build("train")
     assert torch_equal(first.images, again.images) and torch_equal(first.labels, again.labels)
