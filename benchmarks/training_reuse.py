@@ -10,11 +10,12 @@ one island, SEEDS seeds:
 - ``digits``: the default search's data, which saturates within a few epochs.
 
 Every method gets the same budget of training epochs, EVALUATIONS x EPOCHS: the full-training GA
-(EVALUATIONS evaluations of EPOCHS epochs), the GA whose children start from their better
-parent's checkpoint (``inherit.enabled``, the same evaluations), PBT (``evolution.strategy =
-"pbt"``, segments of READY epochs) and ASHA with promotion (``pruning.rule = "asha"``,
-ASHA_EVALUATIONS completed evaluations, about the same epochs). Epochs are counted from the
-record (each epoch row is an epoch trained), in the order they were trained.
+(``evolution.strategy = "ga"``, EVALUATIONS evaluations of EPOCHS epochs), the GA whose children
+start from their better parent's checkpoint (``inherit.enabled``, the same evaluations; only
+a parent with the child's ``conv_layers`` passes its weights on), PBT (``evolution.strategy =
+"pbt"``, segments of READY epochs) and ASHA with promotion (``pruning.rule = "asha"`` with the
+GA, ASHA_EVALUATIONS completed evaluations: what it trains is up to it). Epochs are counted
+from the record (each epoch row is an epoch trained), in the order they were trained.
 
 Targets, medians over the seeds: ASHA reaches the full-training GA's median best validation
 accuracy within a third of the full GA's epochs; the GA with inherited weights and PBT each
@@ -85,6 +86,9 @@ high = 1.0
 [search]
 ranks_per_worker = 2
 islands = 1
+
+[evolution]
+strategy = "ga"
 
 [inherit]
 shape_params = ["conv_layers"]

@@ -48,6 +48,8 @@ def test_every_method_is_a_valid_configuration(tmp_path, task, method):
     assert config.search.evaluations * config.objective.options["epochs"] >= reuse.BUDGET \
         or method == "ASHA"
     assert config.search.ranks_per_worker == 2
+    assert config.evolution.strategy == ("pbt" if method == "PBT" else "ga")
+    assert config.inherits == (method in ("PBT", "GA, inherited weights"))
 
 
 def flat(values: list[float]) -> np.ndarray:
