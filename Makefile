@@ -49,10 +49,11 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md
 
-# The training-reuse rows that take tens of minutes each (Ray Tune as a peer):
-# benchmarks/RESULTS-training.md.
+# Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
+# training (about half an hour on 2 cores), and Ray Tune's ASHA as a peer on the learning-curve
+# task: benchmarks/RESULTS-training.md.
 bench-training: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only fidelity_ray --output benchmarks/RESULTS-training.md
+	$(BIN)/python benchmarks/run.py --only training_reuse,fidelity_ray --output benchmarks/RESULTS-training.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests benchmarks

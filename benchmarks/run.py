@@ -4,13 +4,14 @@
                                         quality,propagators,recording,strategies,
                                         strategy_costs,scheduler_costs,pruning,fidelity,
                                         continuation,checkpoints,command_costs,peers,
-                                        fidelity_ray]
+                                        training_reuse,fidelity_ray]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna; for Ray
-Tune's, benchmarks/.venv-ray) if missing, runs every measurement (each module's ``run``; the
-SLOW ones only when named), prints the table and writes benchmarks/RESULTS.md. Each side runs
-under Open MPI's mpirun (``--oversubscribe --bind-to none``), Atoll from .venv, the peers from
-their own venvs.
+Tune's, benchmarks/.venv-ray) if missing, runs every measurement (each module's ``run``),
+prints the table and writes benchmarks/RESULTS.md. ``training_reuse`` and ``fidelity_ray``
+(tens of minutes each) run only when named (``make bench-training``). Each side runs under
+Open MPI's mpirun (``--oversubscribe --bind-to none``), Atoll from .venv, the peers from their
+own venvs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import startup
 import strategies
 import strategy_costs
 import throughput
+import training_reuse
 from common import Row
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
@@ -49,11 +51,12 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "quality": quality, "propagators": propagators,
                 "recording": recording, "strategies": strategies,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
-                "pruning": pruning, "fidelity": fidelity, "fidelity_ray": fidelity_ray,
-                "continuation": continuation,
-                "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers}
-SLOW = ("fidelity_ray",)
-"""Measurements `make bench` leaves out (tens of minutes each): `make bench-training` runs them."""
+                "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
+                "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers,
+                "training_reuse": training_reuse, "fidelity_ray": fidelity_ray}
+OPT_IN = ("training_reuse", "fidelity_ray")
+"""Measurements left out unless ``--only`` names them (their own make target)."""
+DEFAULT = [name for name in MEASUREMENTS if name not in OPT_IN]
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
 
 
@@ -264,8 +267,9 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(m for m in MEASUREMENTS if m not in SLOW),
-                        help=f"comma-separated measurements to run (default: all but {SLOW})")
+    parser.add_argument("--only", default=",".join(DEFAULT),
+                        help="comma-separated measurements to run (default: all but "
+                             f"{', '.join(OPT_IN)})")
     parser.add_argument("--output", type=Path, default=common.HERE / "RESULTS.md")
     parser.add_argument("--peers", choices=sorted(peers.PRESETS), default="quick",
                         help="the peers rows' layouts and seeds (make bench: quick; make "

@@ -139,6 +139,25 @@ def checkpointed(params: Mapping[str, Any], ctx: Any) -> float:
     return float(len(trained))
 
 
+def lineage_demo(params: Mapping[str, Any], ctx: Any) -> float:
+    """``options.epochs`` (2) epochs from scratch, or numbered on from the checkpoint it
+    inherits (as the classifier does), or continued from its own; val_loss = x0**2 + 1 /
+    (epochs its state holds + 1), so inherited training pays. Returns the last val_loss."""
+    saved = ctx.load_checkpoint()
+    held = int(saved.state["held"]) if saved is not None else 0
+    first = 0 if ctx.inherited is None else ctx.inherited.epoch + 1
+    value = float(params["x0"]) ** 2 + 1.0 / (held + 1)
+    for epoch in range(saved.epoch + 1 if saved is not None else 0,
+                       first + int(ctx.options.get("epochs", 2))):
+        held += 1
+        value = float(params["x0"]) ** 2 + 1.0 / (held + 1)
+        stop = ctx.report(epoch, val_loss=value)
+        ctx.save_checkpoint({"held": held}, epoch)
+        if stop:
+            break
+    return value
+
+
 def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """``options.epochs`` epochs of val_loss = x + drift * id + 1 / (epoch + 1) (a positive
     ``options.drift`` makes later individuals worse, so paused ones soon qualify for

@@ -4,6 +4,7 @@ with the GA, two 1-rank workers with PBT, then a resume)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from pathlib import Path
@@ -346,3 +347,57 @@ def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
     check_lineage(rows, epochs)
     across = [r for i, r in rows.items() if i not in before and r["inherit_from"] in before]
     assert across  # the next job's children started from checkpoints the first job kept
+
+
+# -- atoll inspect names the lineage ----------------------------------------------------------
+
+LINEAGE_CONFIG = """seed = 5
+[objective]
+name = "objectives:lineage_demo"
+[space.x0]
+type = "float"
+low = -1.0
+high = 1.0
+[search]
+evaluations = 16
+islands = 1
+[inherit]
+enabled = {enabled}
+"""
+
+
+def inspect_best(tmp_path: Path, enabled: bool) -> tuple[list[str], dict[int, dict[str, Any]]]:
+    """A real 2-rank search of lineage_demo; the lines of its best table as `atoll inspect`
+    prints them, and the record's individuals."""
+    config = tmp_path / f"lineage-{enabled}.toml"
+    config.write_text(LINEAGE_CONFIG.format(enabled=str(enabled).lower()))
+    run_dir = tmp_path / f"run-{enabled}"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stderr[-4000:]
+    shown = run(atoll_cmd("inspect", str(run_dir), "--top", "8"))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    lines = shown.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Best "))
+    return list(itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1:])), \
+        table(run_dir)[0]
+
+
+def test_inspect_says_whose_checkpoint_each_best_individual_inherited(tmp_path):
+    lines, rows = inspect_best(tmp_path, enabled=True)
+    assert lines[0].rstrip().endswith("inherited from"), lines[0]
+    shown = 0
+    for line in lines[1:]:
+        ident = int(line.split()[0])
+        parent, epoch = rows[ident]["inherit_from"], rows[ident]["inherit_epoch"]
+        if parent == NO_PARENT:
+            assert line.endswith(" -"), line
+        else:
+            assert line.endswith(f" {parent} (epoch {epoch})"), line
+            shown += 1
+    assert shown >= 1  # inherited training lowers the loss: inheritors lead the table
+
+
+def test_inspect_shows_no_lineage_for_a_run_without_inheritance(tmp_path):
+    lines, rows = inspect_best(tmp_path, enabled=False)
+    assert all(r["inherit_from"] == NO_PARENT for r in rows.values())
+    assert "inherited" not in "\n".join(lines) and len(lines) > 2

@@ -1,6 +1,7 @@
 """The text ``atoll inspect RUN_DIR`` prints (and a search prints at its end): metadata, the
 budget spent, counts by status with the commonest failures, the best individuals with their
-main metric."""
+main metric (and, in a run whose children inherited weights, whose checkpoint each started
+from)."""
 
 from __future__ import annotations
 
@@ -113,12 +114,28 @@ def _best(run: RunData, top: int, metric: str) -> list[str]:
         names.insert(2, metric)
         for row, value in zip(rows, shown, strict=True):
             row.insert(2, _cell(value))
+    if _inherited(run):
+        names.append("inherited from")
+        for row, ind in zip(rows, best, strict=True):
+            row.append(_lineage(ind))
     widths = [max(len(n), *(len(r[i]) for r in rows)) for i, n in enumerate(names)]
     order = " (maximize: highest value first)" if maximizing(run) else ""
     out = [f"Best {len(best)} of {len(ok)} ok{order}:",
            "  " + "  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
     out += ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return out
+
+
+def _inherited(run: RunData) -> bool:
+    """Whether any individual of the run started from another one's checkpoint."""
+    ind = run.individuals
+    return "inherit_from" in (ind.dtype.names or ()) and bool((ind["inherit_from"] >= 0).any())
+
+
+def _lineage(ind: np.void) -> str:
+    """``ID (epoch E)``: the individual and the epoch of the checkpoint it started from."""
+    parent = int(ind["inherit_from"])
+    return "-" if parent < 0 else f"{parent} (epoch {int(ind['inherit_epoch'])})"
 
 
 def _cell(value: Any) -> str:

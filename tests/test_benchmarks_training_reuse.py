@@ -1,0 +1,85 @@
+"""benchmarks/training_reuse.py (make bench-training) kept from rotting between its runs: the
+spirals task it builds, every method's configuration, its verdicts, and one tiny real search."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from atoll.config import load_config
+from atoll.record import open_run
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import spirals  # noqa: E402
+import training_reuse as reuse  # noqa: E402
+
+
+def test_make_bench_leaves_it_out_and_make_bench_training_runs_it_alone():
+    import run as bench
+
+    assert bench.MEASUREMENTS["training_reuse"] is reuse
+    assert {"training_reuse", "fidelity_ray"}.isdisjoint(bench.DEFAULT)
+    assert "pruning" in bench.DEFAULT
+
+
+def test_the_spirals_task_is_the_same_everywhere_and_every_arm_is_well_filled():
+    first, again = spirals.build("train"), spirals.build("train")
+    assert torch_equal(first.images, again.images) and torch_equal(first.labels, again.labels)
+    test = spirals.build("test")
+    assert len(test) == spirals.SIZES["test"]
+    assert not torch_equal(first.images[:10], test.images[:10])
+    counts = np.bincount(first.labels.numpy(), minlength=spirals.CLASSES)
+    assert len(counts) == spirals.CLASSES and counts.min() > 0.07 * len(first)
+    assert first.shape == (1, 8, 8)
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+@pytest.mark.parametrize("task", sorted(reuse.TASKS))
+@pytest.mark.parametrize("method", sorted(reuse.METHODS))
+def test_every_method_is_a_valid_configuration(tmp_path, task, method):
+    config = load_config(reuse.write_config(tmp_path, task), reuse.METHODS[method])
+    assert config.search.evaluations * config.objective.options["epochs"] >= reuse.BUDGET \
+        or method == "ASHA"
+    assert config.search.ranks_per_worker == 2
+    assert config.evolution.strategy == ("pbt" if method == "PBT" else "ga")
+    assert config.inherits == (method in ("PBT", "GA, inherited weights"))
+
+
+def flat(values: list[float]) -> np.ndarray:
+    return np.maximum.accumulate(np.asarray(values))
+
+
+def test_the_verdicts_follow_the_curves():
+    budget = reuse.BUDGET
+    full = [flat(np.linspace(0.1, top, budget)) for top in (0.5, 0.6, 0.7)]
+    early = [flat([0.1] * 20 + [0.65] * (budget - 20)) for _ in range(3)]
+    late = [flat([0.1] * (budget - 1) + [0.65]) for _ in range(3)]
+    worse = [flat([0.1] * budget) for _ in range(3)]
+    rows, note = reuse.judge("t", {"full GA": full, "ASHA": early,
+                                   "GA, inherited weights": early, "PBT": worse})
+    assert [r.passed for r in rows] == [True, True, False]
+    assert rows[0].atoll == "21 epochs" and "0.6000" in rows[0].measurement
+    assert "0.6500 in 240 epochs" in note
+    rows, _ = reuse.judge("t", {"full GA": full, "ASHA": late,
+                                "GA, inherited weights": worse, "PBT": early})
+    assert [r.passed for r in rows] == [False, False, True]
+    rows, _ = reuse.judge("t", {"full GA": full, "ASHA": worse,
+                                "GA, inherited weights": worse, "PBT": worse})
+    assert rows[0].atoll == "never" and rows[0].passed is False
+
+
+def test_a_tiny_search_counts_the_epochs_its_record_holds(tmp_path):
+    config = reuse.write_config(tmp_path, "digits", epochs=2)
+    path = reuse.search(tmp_path / "run", config, 1, ["search.evaluations=3"], ranks=2)
+    epochs = open_run(tmp_path / "run").epochs
+    assert len(path) == len(epochs) == 6
+    assert (np.diff(path) >= 0).all() and path[-1] == epochs["val_accuracy"].max()
+    assert len(reuse.still_rising(tmp_path / "run", at=(1, 2))) == 2
