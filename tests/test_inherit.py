@@ -405,3 +405,20 @@ def test_inspect_shows_no_lineage_for_a_run_without_inheritance(tmp_path):
     lines, rows = inspect_best(tmp_path, enabled=False)
     assert all(r["inherit_from"] == NO_PARENT for r in rows.values())
     assert "inherited" not in "\n".join(lines) and len(lines) > 2
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "cmaes", "ga"])
+def test_inheriting_with_cmaes_candidates_is_said_once(tmp_path, strategy):
+    """CMA-ES's candidates have no parents: with inherit.enabled they train from scratch, and
+    the user hears it instead of finding that nothing inherited."""
+    done = run(atoll_cmd("search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(tmp_path / "run"), "-q", "--set", "search.generations=2",
+                         "--set", "inherit.enabled=true", "--set",
+                         f"evolution.strategy={strategy}"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "inherit.enabled:" in line]
+    if strategy == "ga":
+        assert said == [], done.stderr
+    else:
+        assert len(said) == 1 and f"(evolution strategy '{strategy}')" in said[0], done.stderr
+

@@ -73,6 +73,7 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
                      config_text: str = "") -> JobPlan:
     """``atoll search``: a new run, or the run in ``paths`` if it is the same search (a
     different ``search.evaluations`` then sets the run's new budget)."""
+    note_inheritance(config)
     if paths.run_file.exists():
         info = record.check_run(paths, config.space)
         _same_search(paths, info.config_table, config)
@@ -97,6 +98,7 @@ def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: in
                               f"{', '.join(JOB_KEYS)}; start a new run to change {key}")
     config = parse_config(apply_overrides(info.config_table, overrides))
     config = replace(config, objective=replace(config.objective, config_dir=info.config_dir))
+    note_inheritance(config)
     changed = "search.evaluations" in keys and config.search.evaluations != info.budget
     if changed and config.search.evaluations == 0:
         raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
@@ -155,6 +157,18 @@ def run_budget(config: Config, workers: int) -> int:
 def share(total: int, workers: int) -> list[int]:
     """Split ``total`` evaluations as evenly as possible; the first workers take the rest."""
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
+
+
+def note_inheritance(config: Config) -> None:
+    """Say it when ``inherit.enabled`` cannot act on every candidate: CMA-ES samples its
+    candidates without parents, so they train from scratch."""
+    islands = config.evolution.island_strategies or (config.evolution.strategy,)
+    sampled = sorted({s for s in islands if s in ("cmaes", "hybrid")})
+    if config.inherit.enabled and sampled:
+        log.warning("inherit.enabled: the candidates CMA-ES samples (evolution strategy %s) "
+                    "have no parents and train from scratch; only the GA's children inherit "
+                    "(use the strategy \"ga\" or \"pbt\" to inherit everywhere)",
+                    " and ".join(repr(s) for s in sampled))
 
 
 def job_layout(config: Config, world_size: int) -> Layout:
