@@ -79,13 +79,14 @@ def test_disk_full_mid_run_and_in_results_stops_with_74_and_resumes_to_the_budge
     assert len(record.individuals) == budget == len(np.unique(record.individuals["id"]))
     assert (run_dir / "results.h5").is_file()
 
-    # full while writing results.h5 only: one worker's probe (256 KiB, record.check_room) and
-    # its few rows fit, the consolidated file does not
-    left = 400_000
+    # full while writing results.h5 only: one worker's probe (256 KiB, record.check_room,
+    # written and removed), its file and its few rows fit, a new results.h5 beside them does
+    # not: room for the old one and 10 kB more
+    before = (run_dir / "results.h5").stat()
+    left = before.st_size + 10_000
+    assert left > 300_000  # the probe fits
     stat = os.statvfs(small_disk)
     (small_disk / "filler").write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - left))
-    before = (run_dir / "results.h5").stat()
-    assert before.st_size > left + 100_000
     more = mpirun_atoll(1, "resume", str(run_dir), "-q", "--set", "search.islands=1",
                         "--set", f"search.evaluations={budget + 20}")
     _assert_stopped_full(more, f"{run_dir}/results.h5")
