@@ -131,7 +131,8 @@ costs about 1 s of each `MPI_Init` here; the second startup row shows all sides 
   (`JournalFileBackend`) that every rank shares, created by rank 0 and loaded by the others,
   each rank running `study.optimize` with its share of the trials and its own sampler,
   `TPESampler(seed=...)` or `CmaEsSampler(seed=...)` with Optuna's defaults, seeded per seed and
-  rank; the same objective, suggested as floats over the same bounds. One mpirun per search.
+  rank; the same objective, suggested as floats over the same bounds. At 400 trials one mpirun
+  runs every seed's study in turn; at 2000, one mpirun per study.
 - **control** (benchmarks/control_side.py): every rank calls the same objective on a fixed point
   as often as a worker of the optimizers does, between two barriers; no optimizer at all.
 
