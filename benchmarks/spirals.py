@@ -10,19 +10,16 @@ from a fixed seed (numpy's PCG64), so every process builds the same data without
 
 ``train`` is the built-in DDP classifier (:mod:`atoll.objectives.classifier`) on this data:
 checkpoints, inherited weights, pausing and promotion all work as they do there. The data set
-is registered under the name ``spirals`` in the classifier's in-process data cache when this
-module is imported (a benchmark task, not a data set Atoll ships).
+is registered as ``spirals`` with the classifier's data sets
+(:func:`atoll.objectives.data.register`) when this module is imported (a benchmark task, not
+a data set Atoll ships).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 import torch
 
-from atoll.evaluation.context import Context
 from atoll.objectives import classifier
 from atoll.objectives import data as datasets
 
@@ -50,18 +47,6 @@ def build(split: str) -> datasets.ImageSet:
     return datasets.ImageSet(images, torch.as_tensor(labels), CLASSES)
 
 
-def register() -> None:
-    """Put both splits in the classifier's data cache under ``spirals`` (idempotent)."""
-    if NAME not in datasets.DATASETS:
-        datasets.DATASETS = (*datasets.DATASETS, NAME)
-    for split in SIZES:
-        datasets._CACHE.setdefault((NAME, "", split), build(split))
-
-
-def train(params: Mapping[str, Any], ctx: Context) -> float:
-    """The classifier's ``train`` (without its preflight, which knows only Atoll's data sets)."""
-    return classifier.train(params, ctx)
-
-
-train.main_metric = "val_accuracy"  # type: ignore[attr-defined]
-register()
+datasets.register(NAME, build)
+train = classifier.train
+"""The classifier's objective (its preflight too: it knows the registered ``spirals``)."""

@@ -162,7 +162,7 @@ def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """``options.epochs`` epochs of val_loss = x + drift * id + 1 / (epoch + 1) (a positive
     ``options.drift`` makes later individuals worse, so paused ones soon qualify for
     promotion), continued from the checkpoint kept after each epoch (unless
-    ``options.checkpoints`` is false). Every rank
+    ``options.checkpoints`` is false); each epoch takes ``options.sleep`` seconds (0). Every rank
     appends the epochs it trains to ``options.trace``/ID-rankR.txt and joins an allreduce per
     epoch, so ranks that stopped at different epochs would hang instead of passing."""
     from pathlib import Path
@@ -174,6 +174,7 @@ def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
     for epoch in range(saved.epoch + 1 if saved is not None else 0,
                        int(ctx.options.get("epochs", 4))):
         ctx.comm.allreduce(epoch)
+        time.sleep(float(ctx.options.get("sleep", 0.0)))
         with trace.open("a") as f:
             f.write(f"{epoch}\n")
         if keep:

@@ -274,6 +274,26 @@ def test_preflight_finds_bad_input_before_any_training(tmp_path):
         check({"epochz": 1}, None)
 
 
+def test_a_registered_data_set_needs_no_files_and_is_built_once_per_process(monkeypatch):
+    monkeypatch.setattr(data, "_BUILT", {})  # registered in this test only
+    monkeypatch.setattr(data, "_CACHE", {})
+    built = []
+
+    def tiny(split: str) -> Any:
+        built.append(split)
+        return data.ImageSet(torch.zeros(4, 1, 8, 8), torch.tensor([0, 1, 0, 1]), 2)
+
+    data.register("tiny", tiny)
+    classifier.train.preflight({"dataset": "tiny"}, None)  # no data_dir, nothing to stage
+    first = data.load_split("tiny", None, "train")
+    assert data.load_split("tiny", None, "train") is first and built == ["train"]
+    assert len(data.load_split("tiny", None, "test")) == 4 and built == ["train", "test"]
+    with pytest.raises(ObjectiveError, match=r"expected one of digits, .*tiny, got 'tinny'"):
+        classifier.read_options({"dataset": "tinny"})
+    with pytest.raises(ValueError, match="one of Atoll's own"):
+        data.register("digits", tiny)
+
+
 # -- whole searches --------------------------------------------------------------------------
 
 @pytest.mark.slow

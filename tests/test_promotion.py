@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from atoll.config import MigrationConfig, PruningConfig, parse_config
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
@@ -286,6 +287,7 @@ trace = "{trace}"
 epochs = 3
 drift = 0.05
 checkpoints = {checkpoints}
+sleep = {sleep}
 [space.x]
 type = "float"
 low = 0.0
@@ -302,12 +304,13 @@ min_epochs = 1
 """
 
 
-def write_config(tmp_path: Path, evaluations: int, checkpoints: bool = True) -> Path:
+def write_config(tmp_path: Path, evaluations: int, checkpoints: bool = True,
+                 sleep: float = 0.0) -> Path:
     trace = tmp_path / "trace"
     trace.mkdir(exist_ok=True)
     path = tmp_path / "asha.toml"
     path.write_text(CONFIG.format(trace=trace, evaluations=evaluations,
-                                  checkpoints=str(checkpoints).lower()))
+                                  checkpoints=str(checkpoints).lower(), sleep=sleep))
     return path
 
 
@@ -375,6 +378,58 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
     assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
         p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+
+
+def shown_durations(run_dir: Path, top: int) -> dict[int, float]:
+    """Id -> the duration `atoll report` shows in its table of the best individuals."""
+    shown = run(atoll_cmd("report", str(run_dir), "--top", str(top), "--no-plots", "--out",
+                          str(run_dir.parent / "report")))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    lines = shown.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Best "))
+    header = re.split(r"\s{2,}", lines[start + 1].strip())
+    column = header.index("duration (s)")
+    table = itertools.takewhile(lambda line: line.startswith("  "), lines[start + 2:])
+    return {int(cells[0]): float(cells[column]) for cells in map(str.split, table)}
+
+
+def test_a_promoted_individual_shows_the_time_of_all_its_parts(tmp_path):
+    """results.h5's eval_seconds sums every part of an evaluation (paused at a rung, continued
+    later, maybe by the other worker), its parts table holds the earlier parts, and the views
+    count them: the report's duration, the timeline's busy time."""
+    from atoll.views.plots.timeline import worker_shares
+
+    run_dir, sleep = tmp_path / "run", 0.1
+    done = mpirun_atoll(2, "search", "--config", str(write_config(tmp_path, 12, sleep=sleep)),
+                        "--run-dir", str(run_dir), "-q", "--set", "search.ranks_per_worker=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_history(run_dir, 1)[0]  # every part, as the worker files keep them
+    took: dict[int, float] = defaultdict(float)
+    for row in rows:
+        took[int(row["id"])] += float(row["finished"] - row["started"])
+    results = open_run(run_dir / "results.h5")
+    ind, parts = results.individuals, results.parts
+    assert ind["id"].tolist() == sorted(took)
+    assert np.allclose(ind["eval_seconds"], [took[i] for i in ind["id"].tolist()], atol=1e-6)
+    assert len(parts) == len(rows) - len(ind) and set(parts["status"].tolist()) == {
+        int(Status.PAUSED)}
+    earlier = {(int(r["id"]), int(r["worker"]), float(r["started"])) for r in rows} - {
+        (int(r["id"]), int(r["worker"]), float(r["started"])) for r in ind}
+    assert {(int(p["individual"]), int(p["worker"]), float(p["started"]))
+            for p in parts} == earlier
+    promoted = ind[np.isin(ind["id"], parts["individual"]) & (ind["status"] == int(Status.OK))]
+    assert len(promoted) >= 2
+    for row in promoted:  # each earlier part trained an epoch at least
+        count = np.count_nonzero(parts["individual"] == row["id"])
+        assert row["eval_seconds"] >= row["finished"] - row["started"] + count * sleep
+        assert row["eval_seconds"] >= 3 * sleep  # its three epochs
+    durations = shown_durations(run_dir, 12)
+    assert len(durations) >= 2 and set(durations) & set(promoted["id"].tolist())
+    for ident, seconds in durations.items():
+        assert seconds == pytest.approx(took[ident], rel=1e-3, abs=1e-3)
+    span = float(results.jobs["stop"][0] - results.jobs["start"][0])
+    busy = sum(share["busy"] for share in worker_shares(results).values()) * span
+    assert busy == pytest.approx(sum(took.values()), rel=1e-6)
 
 
 def test_an_objective_keeping_no_checkpoints_is_stopped_instead_said_once_per_worker(tmp_path):

@@ -40,6 +40,7 @@ from atoll.record import (
 from atoll.record.schema import (
     check_param_names,
     committed,
+    create_table,
     epoch_dtype,
     individual_dtype,
     migration_dtype,
@@ -249,7 +250,7 @@ def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space)
     shutil.rmtree(paths.workers_dir)
     again = open_run(paths.run_dir)
     assert again.metadata["source"] == "results"
-    for name in ("individuals", "epochs", "migrations", "jobs"):
+    for name in ("individuals", "epochs", "migrations", "jobs", "parts"):
         mine, theirs = getattr(again, name), getattr(run, name)
         assert mine.dtype.names == theirs.dtype.names and len(mine) == len(theirs)
         for column in mine.dtype.names:
@@ -258,6 +259,27 @@ def test_consolidated_results_read_with_plain_h5py(tmp_path: Path, space: Space)
             else:
                 assert mine[column].tolist() == theirs[column].tolist(), column
     assert len(read_completed(paths.run_dir)) == 20
+
+
+def test_results_of_an_earlier_atoll_read_with_each_rows_duration(tmp_path: Path,
+                                                                   space: Space) -> None:
+    """A results.h5 without ``eval_seconds`` and the parts table (written before them) reads
+    with its rows' own durations and no parts."""
+    paths = fill_run(tmp_path, space)
+    consolidate(paths)
+    shutil.rmtree(paths.workers_dir)
+    with h5py.File(paths.results_file, "r+") as f:
+        rows = committed(f["individuals"])
+        kept = [name for name in rows.dtype.names if name != "eval_seconds"]
+        old = np.empty(len(rows), dtype=[(name, rows.dtype[name]) for name in kept])
+        for name in kept:
+            old[name] = rows[name]
+        del f["individuals"], f["parts"]
+        create_table(f, "individuals", old.dtype, data=old)
+    run = open_run(paths.run_dir)
+    ind = run.individuals
+    assert len(ind) == 20 and len(run.parts) == 0
+    assert np.array_equal(ind["eval_seconds"], ind["finished"] - ind["started"])
 
 
 @pytest.mark.skipif(shutil.which("h5ls") is None, reason="h5ls is not installed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from atoll.engine.restore import completed_count
 from atoll.individual import Status
-from atoll.record import open_run, read_history
+from atoll.record import RunPaths, end_job, open_run, read_history
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 SLOW_CONFIG = "tests/configs/slow_sphere.toml"
@@ -227,8 +228,9 @@ def test_interrupted_evaluations_are_continued_under_their_ids_and_counted_once(
     parts = read_history(run_dir, 2)[0]  # every part: the interrupted rows are kept
     assert len(parts) == len(ind) + len(interrupted)
     new = set(ind["id"].tolist()) - set(first["id"].tolist())
-    block = json.loads(open_run(run_dir).jobs["layout"][0])["ids"]
-    assert min(new) == block[1]  # new ones number on after job 0's block; continued keep theirs
+    after = int(first["id"].max()) + 1  # job 0 ended: new ids number on after its last one
+    assert json.loads(open_run(run_dir).jobs["layout"][1])["ids"][0] == after
+    assert after <= min(new) < after + 3  # 3 workers, each every 3rd id; continued keep theirs
 
 
 CHOICES = ('space.act={type = "categorical", choices = ["relu", "tanh"]}',
@@ -265,10 +267,8 @@ def test_an_interrupted_evaluation_continues_from_its_checkpoint_under_another_l
     assert {row["id"]: (row["act"], row["width"]) for row in ind if row["id"] in by_id} == by_id
 
 
-def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):
-    """Each job records the ids it may give new individuals; a later job starts after every
-    earlier block, so a job that was taken over while alive (a hang, a suspend) and writes its
-    last rows afterwards can never give an id twice."""
+def stopped_early(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A job stopped by its wall time before it gave all the ids of its block; its ids."""
     run_dir, done = start(tmp_path, 2, "search.generations=5", "search.wall_time=3",
                           "objective.options.sleep=0.8")
     assert done.returncode == 75, done.stderr[-2000:]
@@ -276,14 +276,36 @@ def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):
     block = json.loads(first.jobs["layout"][0])["ids"]
     assert block == [0, 10]  # 10 new ids at most: 2 workers x 5
     assert int(first.individuals["id"].max(initial=0)) < 10 - 2  # stopped before its end
+    return run_dir, first.individuals["id"]
+
+
+def test_a_job_that_never_ended_keeps_its_id_block_from_later_jobs(tmp_path):
+    """Each job records the ids it may give new individuals; a later job starts after the block
+    of every earlier job whose end is not recorded, so a job that was taken over while alive
+    (a hang, a suspend) and writes its last rows afterwards can never give an id twice."""
+    run_dir, first = stopped_early(tmp_path)
+    end_job(RunPaths(run_dir), 0, stop=math.nan, exit_code=-1)  # as a kill would leave it
     done = resume(run_dir, 2, "search.wall_time=0")
     assert done.returncode == 0, done.stderr[-2000:]
     ind = check_complete(run_dir, 10)
-    new = set(ind["id"].tolist()) - set(first.individuals["id"].tolist())
+    new = set(ind["id"].tolist()) - set(first.tolist())
     assert min(new) >= 10  # after job 0's whole block, not after its last recorded id
     assert json.loads(open_run(run_dir).jobs["layout"][1])["ids"][0] == 10
     shown = run(atoll_cmd("inspect", str(run_dir)))
     assert "new ids 0-9" in shown.stdout and "new ids 10-" in shown.stdout
+
+
+def test_after_a_job_that_ended_the_next_ids_follow_its_last(tmp_path):
+    """A job whose end is recorded wrote all its rows: the ids of its block it did not give are
+    free again, so the run's ids stay dense across resumes."""
+    run_dir, first = stopped_early(tmp_path)
+    done = resume(run_dir, 2, "search.wall_time=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ind = check_complete(run_dir, 10)
+    after = int(first.max()) + 1
+    assert json.loads(open_run(run_dir).jobs["layout"][1])["ids"][0] == after
+    new = set(ind["id"].tolist()) - set(first.tolist())
+    assert after <= min(new) < after + 2  # each worker takes every 2nd id from there
 
 
 def test_an_evaluation_a_kill_9_cut_short_continues_from_its_checkpoint(tmp_path):

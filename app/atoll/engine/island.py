@@ -51,6 +51,15 @@ class Curves(Protocol):
         ...
 
 
+class Holds(Protocol):
+    """Who keeps the checkpoints children may inherit, on any island
+    (:class:`atoll.record.checkpoints.Retention`): told of each copy of an individual before
+    it leaves for another island, and of each copy that arrives from one."""
+
+    def leaving(self, migrant: Individual) -> None: ...
+    def arrived(self, migrant: Individual) -> None: ...
+
+
 class Recorder(Protocol):
     """Where a leader's own evaluations and emigrations go (the HDF5 worker log)."""
 
@@ -114,7 +123,7 @@ class IslandLoop:
                  migration: MigrationConfig, rng: random.Random, id_base: int = 0,
                  population: Population | None = None,
                  listeners: Sequence[Callable[[Individual], None]] = (),
-                 curves: Curves | None = None) -> None:
+                 curves: Curves | None = None, holds: Holds | None = None) -> None:
         self.layout = layout
         self.worker = worker
         self.island = layout.island_of_worker(worker)
@@ -124,6 +133,7 @@ class IslandLoop:
         self.listeners = tuple(listeners)
         """Hear each result of this job the island learns, once, after the strategy."""
         self.curves = curves
+        self.holds = holds
         self.evaluate = evaluate
         self.recorder = recorder
         self.migration = migration
@@ -224,6 +234,8 @@ class IslandLoop:
                 self.curves.hear(*payload)
         else:
             self._learn(payload)
+            if tag == Tag.MIGRANT and self.holds is not None:
+                self.holds.arrived(payload)
 
     def _emigrate(self) -> None:
         candidates = self.population.owned_by(self.worker, self.migration.migrants)
@@ -237,6 +249,8 @@ class IslandLoop:
             owner = target_workers[self.rng.randrange(len(target_workers))]
             migrant = replace(ind, island=target, owner=owner, version=ind.version + 1,
                               active=True)
+            if self.holds is not None:  # before it leaves: a hold must never arrive late
+                self.holds.leaving(migrant)
             self.mailbox.send_individual(Tag.MIGRANT, migrant, target_workers)
             if self.migration.moves:
                 self.population.deactivate(ind.id, ind.version)

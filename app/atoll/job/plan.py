@@ -29,6 +29,7 @@ from atoll.config import (
 from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError, suggested
+from atoll.exit_codes import EXIT_DISK_FULL
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +128,22 @@ each one that completes, up to about ``eta`` to the power of the rungs before it
 def id_block(plan: JobPlan) -> list[int]:
     """The ids a job may give new individuals, [first, end): each worker at most its share of
     the budget left (``PAUSING_IDS`` times that when evaluations pause). Recorded with the
-    job, so that no later job gives one of them again, even while this job still runs (its
-    claim taken over after a hang, it may write more rows)."""
+    job, so that no later job gives one of them again while this job may still write rows
+    (killed, or its claim taken over after a hang); once its end is recorded, the ids it did
+    not give are free again (:func:`ids_taken`), so a run's ids stay dense."""
     most = share(max(plan.budget - plan.done, 0), plan.layout.workers)[0]
     most *= PAUSING_IDS if plan.config.pruning.pauses else 1
     return [plan.next_id, plan.next_id + most * plan.layout.workers]
 
 
 def ids_taken(jobs: np.ndarray) -> int:
-    """The end of the last id block an earlier job recorded (0 for jobs recorded before
-    blocks were: their ids are in the record)."""
-    ends = [json.loads(str(layout)).get("ids", [0, 0])[1] for layout in jobs["layout"]]
+    """The end of the last id block of an earlier job whose rows may be incomplete: one whose
+    end run.h5 does not record (killed, still running, or taken over while alive: it may
+    still write rows) or that met a full disk (an evaluation may have left files but no row).
+    Any other job that ended wrote all its rows, so the next ids follow its last recorded one
+    (0 for jobs recorded before blocks were: their ids are in the record)."""
+    open_ended = jobs[~np.isfinite(jobs["stop"]) | (jobs["exit_code"] == EXIT_DISK_FULL)]
+    ends = [json.loads(str(layout)).get("ids", [0, 0])[1] for layout in open_ended["layout"]]
     return max(ends, default=0)
 
 

@@ -49,7 +49,7 @@ from atoll.job.preflight import preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, promotion
-from atoll.record.checkpoints import CheckpointStore, Retention
+from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
@@ -147,6 +147,9 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
             with full.listening(lambda where: stop.request(DISK_FULL)):
                 role = _prepare_worker(job, paths, topo, objective, stop, claimed)
                 comm.Barrier()  # the search (and its wall time) starts together on every rank
+                if job.resumed and config.inherits and comm.Get_rank() == 0:
+                    # every leader now holds what it wants: the earlier jobs' holds go
+                    release_earlier_holds(CheckpointStore(paths, job.run_id), job.job)
                 start = time.time()
                 stats = role.run(budget)
         finally:
@@ -274,8 +277,11 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
     island = topo.island
     population = population if population is not None else Population()
+    emigrants = config.migration.migrants if topo.layout.islands > 1 and \
+        config.migration.probability > 0 else 0
     retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
-                          population.ranked, config.evolution.strategy_of(island) == "pbt")
+                          population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
+                          pbt=config.evolution.strategy_of(island) == "pbt")
     retention.adopt(population, topo.worker)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
@@ -285,7 +291,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         population=population,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
                    retention.learn],
-        curves=pruning)
+        curves=pruning, holds=retention)
     return Leader(loop, link, log_file, evaluator)
 
 

@@ -214,7 +214,7 @@ def preflight(options: Mapping[str, Any], data_dir: Path | str | None = None,
     instead of failing every individual. Reachable as ``train.preflight``.
     """
     opts = read_options(options)
-    if opts["dataset"] != "digits":
+    if datasets.from_files(opts["dataset"]):
         datasets.check_files(opts["dataset"], datasets.require_root(opts["dataset"], data_dir))
     if parameters is not None:
         missing = [name for name in PARAMETERS if name not in parameters]

@@ -22,7 +22,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,6 +107,25 @@ DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760  # of load_digits().data / 16
 DIGITS_TEST_FRACTION = 0.2
 
 _CACHE: dict[tuple[str, str, str], ImageSet] = {}
+_BUILT: dict[str, Callable[[str], ImageSet]] = {}
+"""Data sets made in memory (:func:`register`), by name."""
+
+
+def register(name: str, build: Callable[[str], ImageSet]) -> None:
+    """Let the classifier train on a data set of one's own, made in memory:
+    ``objective.options.dataset = name``, and ``build(split)`` makes each split ("train",
+    "test") when a process first needs it, the same in every process (nothing is read from
+    files or staged). Every rank must register it: do it when the objective's module is
+    imported (``benchmarks/spirals.py`` does)."""
+    if name in DATASETS:
+        raise ValueError(f"data set {name!r}: the name is one of Atoll's own "
+                         f"({', '.join(DATASETS)})")
+    _BUILT[name] = build
+
+
+def from_files(dataset: str) -> bool:
+    """Whether the data set is read from files under ``objective.data_dir``."""
+    return dataset in TORCHVISION
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -130,8 +149,8 @@ def load_for_worker(dataset: str, root: Path | str | None, split: str, comm: MPI
     if key in _CACHE:
         return _CACHE[key]
     check_name(dataset)
-    if dataset == "digits":
-        data = on_all(comm, lambda: _read("digits", None, split), ObjectiveError)
+    if not from_files(dataset):
+        data = on_all(comm, lambda: _read(dataset, None, split), ObjectiveError)
     else:
         source = require_root(dataset, root)
         where = prepare_on_node(comm, dataset, source, stage_dir)
@@ -145,8 +164,9 @@ def clear_cache() -> None:
 
 
 def check_name(dataset: str) -> None:
-    if dataset not in DATASETS:
-        raise ObjectiveError(f"objective.options.dataset: expected one of {', '.join(DATASETS)}, "
+    known = (*DATASETS, *_BUILT)
+    if dataset not in known:
+        raise ObjectiveError(f"objective.options.dataset: expected one of {', '.join(known)}, "
                              f"got {dataset!r}")
 
 
@@ -181,6 +201,8 @@ def _read(dataset: str, root: Path | None, split: str) -> ImageSet:
     check_name(dataset)
     if dataset == "digits":
         return _read_digits(split)
+    if dataset in _BUILT:
+        return _BUILT[dataset](split)
     root = require_root(dataset, root)
     check_files(dataset, root)
     import torchvision.datasets as tvd

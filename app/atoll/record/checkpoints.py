@@ -12,7 +12,8 @@ foreign (another run or individual) is never loaded: :meth:`CheckpointStore.load
 the file, and the evaluation starts from scratch.
 
 A checkpoint is deleted when its evaluation completes, unless children may inherit it
-(:class:`Retention`): then the island's best individuals keep theirs, and PBT's members.
+(:class:`Retention`): then it stays while a worker leader of any island holds it (its island's
+best individuals keep theirs, and PBT's members).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import h5py
 
 from atoll.individual import Individual, replaced_member
-from atoll.record import full
+from atoll.record import full, holds
 from atoll.record._h5 import text, written_whole
 from atoll.record.paths import RunPaths
 from atoll.record.state import read_state, write_state
@@ -205,41 +206,47 @@ class CheckpointStore:
 
 
 class Retention:
-    """Which completed evaluations' checkpoints one worker leader keeps, for children to inherit.
+    """Which completed evaluations' checkpoints one worker leader wants kept, for children to
+    inherit, as holds (:mod:`atoll.record.holds`): a checkpoint goes when no leader of any
+    island holds it.
 
-    A leader keeps only checkpoints of individuals it owns (those it evaluated, and on resume
-    those the restore gave it): while one is among the island's best ``keep`` or is a PBT
-    member not yet replaced. The others are deleted as they drop out, each said in an info line
-    (their weights, if offered, are kept apart by ``record.top_models``). ``keep = 0``: none is
-    kept, every checkpoint goes when its evaluation completes.
+    A leader holds what it evaluated, what the restore gave it on a resume, and the copies
+    other islands send it to own (their sender gives it a hold before they leave), while the
+    individual is among its island's best ``keep``, among its own best ``emigrants`` (the
+    individuals it may send to another island next), or a PBT member not yet replaced. It
+    gives up the others as they drop out; the checkpoint is deleted with the last hold, said
+    in an info line (the weights, if offered, are kept apart by ``record.top_models``).
+    ``keep = 0``: none is kept, every checkpoint goes when its evaluation completes.
     """
 
-    def __init__(self, store: CheckpointStore, keep: int, ranked: Sequence[Individual],
-                 pbt: bool = False) -> None:
+    def __init__(self, store: CheckpointStore, keep: int, ranked: Sequence[Individual], *,
+                 job: int, worker: int, emigrants: int = 0, pbt: bool = False) -> None:
         self.store = store
         self.keep = keep
         self.ranked = ranked
         """The island's active usable individuals, best first (the population's, kept live)."""
+        self.job, self.worker, self.emigrants = job, worker, emigrants
         self.pbt = pbt
-        self.kept: set[int] = set()
+        self.kept: set[int] = set()  # the checkpoints this leader holds
         self.members: set[int] = set()  # on a PBT island: results no later one replaced
 
     def adopt(self, restored: Iterable[Individual], worker: int) -> None:
-        """On a resume: learn the island's restored individuals, take over the checkpoints of
-        those ``worker`` owns, and drop what is not wanted."""
+        """On a resume: learn the island's restored individuals, hold the checkpoints of those
+        ``worker`` owns, and give up what is not wanted. The earlier jobs' holds stay until
+        every leader took its own (:func:`release_earlier_holds`)."""
         if not self.keep:
             return
         for ind in sorted(restored, key=lambda i: i.id):
             self._member(ind)
             if ind.owner == worker and self.store.paths.checkpoint_file(ind.id).exists():
-                self.kept.add(ind.id)
+                self._hold(ind.id, worker)
         self.prune()
 
     def finished(self, ind: Individual) -> None:
         """This leader's evaluation of ``ind`` completed (ok, failed or pruned)."""
-        if self.keep and ind.usable:
-            self.kept.add(ind.id)
-        else:
+        if self.keep and ind.usable and self.store.paths.checkpoint_file(ind.id).exists():
+            self._hold(ind.id, self.worker)
+        else:  # nothing to keep (a command objective's files without a checkpoint go too)
             self.store.discard(ind.id)
 
     def learn(self, ind: Individual) -> None:
@@ -248,20 +255,63 @@ class Retention:
             self._member(ind)
             self.prune()
 
+    def leaving(self, migrant: Individual) -> None:
+        """A copy of an individual this leader owns is about to leave for another island: its
+        new owner there gets a hold, if this leader holds the checkpoint."""
+        if migrant.id in self.kept:
+            holds.hold(self.store.paths, migrant.id, self.job, migrant.owner)
+
+    def arrived(self, migrant: Individual) -> None:
+        """A copy from another island arrived: if it came with a hold for this leader, this
+        leader now decides when to give it up."""
+        if self.keep and migrant.owner == self.worker and migrant.id not in self.kept and \
+                holds.holds(self.store.paths, migrant.id, self.job, self.worker):
+            self.kept.add(migrant.id)
+            self.prune()
+
+    def _hold(self, ident: int, worker: int) -> None:
+        holds.hold(self.store.paths, ident, self.job, worker)
+        self.kept.add(ident)
+
     def _member(self, ind: Individual) -> None:
         if self.pbt:
             self.members.discard(replaced_member(ind))
             self.members.add(ind.id)
 
     def prune(self) -> None:
-        """Delete kept checkpoints no child will inherit any more."""
-        wanted = {ind.id for ind in self.ranked[:self.keep]} | self.members
+        """Give up the held checkpoints this leader no longer wants; delete those nobody
+        holds any more."""
+        wanted = {ind.id for ind in self.ranked[:self.keep]} | self.members | self._own_best()
         for ident in sorted(self.kept - wanted):
             self.kept.discard(ident)
-            if self.store.paths.checkpoint_file(ident).exists():
-                log.info("checkpoint of individual %d deleted: no longer among its island's "
-                         "best %d (inherit.keep) nor a PBT member", ident, self.keep)
+            if holds.release(self.store.paths, ident, self.job, self.worker):
+                log.info("checkpoint of individual %d deleted: no island's worker wants it any "
+                         "more (among its island's best %d, inherit.keep, among its own best "
+                         "%d, migration.migrants, or a PBT member)", ident, self.keep,
+                         self.emigrants)
                 self.store.discard(ident)
+
+    def _own_best(self) -> set[int]:
+        """This leader's best ``emigrants`` individuals: the next copies it may send away."""
+        found: set[int] = set()
+        for ind in self.ranked:
+            if len(found) >= self.emigrants:
+                break
+            if ind.owner == self.worker:
+                found.add(ind.id)
+        return found
+
+
+def release_earlier_holds(store: CheckpointStore, job: int) -> list[int]:
+    """On a resume, once every leader of ``job`` took its holds: give up the earlier jobs'
+    and delete the checkpoints nobody holds any more; their ids."""
+    emptied = holds.release_earlier(store.paths, job)
+    for ident in emptied:
+        store.discard(ident)
+    if emptied:
+        log.info("%d checkpoint(s) deleted: no island's worker wants them in this job",
+                 len(emptied))
+    return emptied
 
 
 def checkpoint_bytes(paths: RunPaths) -> tuple[int, int]:

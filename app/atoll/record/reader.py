@@ -8,7 +8,7 @@ HDF5 file locking, so a run can be inspected while it is being written.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ from atoll.record.schema import (
     individual_dtype,
     job_dtype,
     migration_dtype,
+    part_dtype,
+    read_individual_dtype,
     repeated,
 )
 from atoll.space import Space
@@ -47,7 +49,9 @@ from atoll.space import Space
 if TYPE_CHECKING:
     import pandas
 
-TABLES = ("individuals", "epochs", "migrations", "jobs")
+TABLES = ("individuals", "epochs", "migrations", "jobs", "parts")
+LATER_TABLES = ("parts",)
+"""Tables a results.h5 written by an earlier Atoll may lack (read as empty)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class RunData:
     space: Space
     config_table: dict[str, Any]
     metadata: dict[str, Any]
+    parts: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=part_dtype()))
+    """The earlier parts of evaluations done in several (paused, or interrupted, then
+    continued); ``individuals`` has each one's last part, and its ``eval_seconds`` sums them
+    all."""
 
     def frame(self, name: str) -> pandas.DataFrame:
         """Table ``name`` as a pandas DataFrame, enum columns as their names."""
@@ -75,13 +83,13 @@ class RunData:
                               f"run.{name}") from None
         table: np.ndarray = getattr(self, name)
         columns: dict[str, Any] = {}
-        for field in table.dtype.names or ():
-            enum = h5py.check_enum_dtype(table.dtype[field])
+        for column in table.dtype.names or ():
+            enum = h5py.check_enum_dtype(table.dtype[column])
             if enum:
                 names = {value: key for key, value in enum.items()}
-                columns[field] = [names.get(int(v), str(v)) for v in table[field]]
+                columns[column] = [names.get(int(v), str(v)) for v in table[column]]
             else:
-                columns[field] = table[field]
+                columns[column] = table[column]
         return pd.DataFrame(columns)
 
 
@@ -111,12 +119,14 @@ def open_run(run_dir: str | Path) -> RunData:
     damage = results_problem(paths)
     if damage:
         meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
+    last, earlier = split_parts(_concat([p[0] for p in parts], read_individual_dtype(space)))
     return RunData(
-        individuals=last_parts(_concat([p[0] for p in parts], individual_dtype(space))),
+        individuals=with_eval_seconds(last, earlier),
         epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
                        "epoch"),
         migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
-        jobs=jobs, space=space, config_table=config_table, metadata=meta)
+        jobs=jobs, space=space, config_table=config_table, metadata=meta,
+        parts=as_parts(earlier))
 
 
 def read_completed(run_dir: str | Path) -> np.ndarray:
@@ -236,9 +246,14 @@ def _read_results(path: Path, hint: str = "") -> RunData:
         stored = json_attr(f, "space", path)
         config_table = json_attr(f, "config_json", path)
         meta = {"run_dir": str(path.parent), "source": "results", **_root_attrs(f)}
-        tables = {name: _table(f, name, path, hint) for name in TABLES}
-    return RunData(**tables, space=_space(stored, path), config_table=config_table,
-                   metadata=meta)
+        tables = {name: _table(f, name, path, hint) for name in TABLES
+                  if name in f or name not in LATER_TABLES}
+    space = _space(stored, path)
+    if "eval_seconds" not in (tables["individuals"].dtype.names or ()):  # an earlier Atoll's
+        tables["individuals"] = with_eval_seconds(
+            _concat([tables["individuals"]], read_individual_dtype(space)),
+            np.empty(0, dtype=read_individual_dtype(space)))
+    return RunData(**tables, space=space, config_table=config_table, metadata=meta)
 
 
 def _table(f: h5py.File, name: str, path: Path, hint: str) -> np.ndarray:
@@ -320,10 +335,41 @@ def last_parts(individuals: np.ndarray) -> np.ndarray:
     """Sorted by id, one row per individual: its finished part if it has one, else the part
     started last. A paused individual promoted in the same job may have its parts in several
     worker files, whose order says nothing of theirs."""
+    return split_parts(individuals)[0]
+
+
+def split_parts(individuals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`last_parts`, the other parts: each an earlier part of an evaluation done in
+    several, sorted by id and start)."""
     if len(individuals) < 2:
-        return individuals
+        return individuals, individuals[:0]
     finished = np.isin(individuals["status"], FINISHED)
-    return _latest(individuals[np.lexsort((individuals["started"], finished))], "id")
+    ordered = _by(individuals[np.lexsort((individuals["started"], finished))], "id")
+    last = np.append(ordered["id"][1:] != ordered["id"][:-1], True)
+    return ordered[last], ordered[~last]
+
+
+def with_eval_seconds(last: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """``last`` (one row per individual, by id) with ``eval_seconds``: its part's time plus
+    the ``earlier`` parts' of the same individual."""
+    total = _seconds(last)
+    np.add.at(total, np.searchsorted(last["id"], earlier["id"]), _seconds(earlier))
+    last = last.copy()
+    last["eval_seconds"] = total
+    return last
+
+
+def as_parts(rows: np.ndarray) -> np.ndarray:
+    """Individuals' rows as rows of the parts table."""
+    out = np.empty(len(rows), dtype=part_dtype())
+    out["individual"] = rows["id"]
+    for name in ("worker", "status", "started", "finished"):
+        out[name] = rows[name]
+    return out
+
+
+def _seconds(rows: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(rows["finished"] - rows["started"], nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _by(table: np.ndarray, *keys: str) -> np.ndarray:

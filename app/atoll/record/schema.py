@@ -58,6 +58,9 @@ COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         "born": ("when it was created", _UNIX),
         "started": ("when its evaluation started", _UNIX),
         "finished": ("when its evaluation ended", _UNIX),
+        "eval_seconds": ("time its evaluation took, its parts summed: one paused at a rung or "
+                         "interrupted by a stop, then continued, has several (the parts table "
+                         "has all but its last); read runs and results.h5 only", "s"),
         "loss": ("objective value, lower is better; NaN if none", "objective units"),
         "error": ("error text with traceback for failed evaluations, else empty", ""),
     },
@@ -83,6 +86,13 @@ COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         "owner": ("worker of that island that may emigrate it", ""),
         "active": ("whether the copy is still on the island (false once it migrated away)", ""),
     },
+    "parts": {
+        "individual": ("id of the individual", ""),
+        "worker": ("worker that evaluated this part", ""),
+        "status": ("how this part ended: paused or interrupted", ""),
+        "started": ("when this part started", _UNIX),
+        "finished": ("when this part ended", _UNIX),
+    },
     "jobs": {
         "job": ("job number within the run, from 0", ""),
         "start": ("when the job started", _UNIX),
@@ -100,9 +110,11 @@ TABLE_DOCS = {
     "migrations": "one row per migration or pollination of an individual",
     "population": "what this worker knew of its island when its job ended cleanly",
     "jobs": "one row per job (allocation) that worked on the run",
+    "parts": "one row per earlier part of an evaluation done in several (paused at a rung, or "
+             "interrupted by a stop, then continued); the individuals table has its last",
 }
 CHUNK_ROWS = {"individuals": 512, "epochs": 2048, "migrations": 512, "population": 4096,
-              "jobs": 64}
+              "jobs": 64, "parts": 512}
 
 RESERVED_COLUMNS: tuple[str, ...] = tuple(COLUMNS["individuals"])
 EPOCH_COLUMNS: tuple[str, ...] = tuple(COLUMNS["epochs"])
@@ -168,6 +180,23 @@ def individual_dtype(space: Space) -> np.dtype:
     enums = {"origin": ORIGIN, "status": STATUS}
     fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", STR)]
     return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])
+
+
+def read_individual_dtype(space: Space) -> np.dtype:
+    """The individuals of a run as read (and of results.h5): a worker file's columns, and
+    ``eval_seconds`` after ``finished``."""
+    base = individual_dtype(space)
+    columns = []
+    for name in base.names or ():
+        columns.append((name, base[name]))
+        if name == "finished":
+            columns.append(("eval_seconds", np.dtype("f8")))
+    return np.dtype(columns)
+
+
+def part_dtype() -> np.dtype:
+    return np.dtype([("individual", "i8"), ("worker", "i4"), ("status", STATUS),
+                     ("started", "f8"), ("finished", "f8")])
 
 
 def check_record_fits(space: Space) -> None:

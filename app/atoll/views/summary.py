@@ -99,8 +99,8 @@ def status_counts(ind: np.ndarray) -> dict[str, int]:
 
 # -- the best individuals --------------------------------------------------------------------
 def top_table(run: RunData, top: int) -> Table:
-    """The best ``top`` individuals: loss, best epoch's metrics, epochs run, duration, island,
-    parameters."""
+    """The best ``top`` individuals: loss, best epoch's metrics, epochs run, duration (all the
+    parts of its evaluation), island, parameters."""
     metrics = shown_metrics(run)
     best = best_epochs(run)
     counts = Counter(int(i) for i in run.epochs["individual"])
@@ -116,7 +116,7 @@ def top_table(run: RunData, top: int) -> Table:
         cells += [float(epoch[m]) if epoch is not None else math.nan for m in metrics]
         if len(run.epochs):
             cells += [int(epoch["epoch"]) if epoch is not None else "", counts.get(ident, 0)]
-        cells += [float(row["finished"] - row["started"]), int(row["island"])]
+        cells += [float(row["eval_seconds"]), int(row["island"])]
         cells += [plain(row[n]) for n in run.space.names]
         rows.append(cells)
     return Table(columns, rows)

@@ -98,7 +98,7 @@ def time_unit(span: float) -> tuple[float, str]:
 def run_start(run: RunData) -> float:
     """When the run's first job began (or its first evaluation started, without a jobs table)."""
     starts = [float(v) for v in run.jobs["start"] if math.isfinite(v)]
-    started = run.individuals["started"]
+    started = np.concatenate([run.individuals["started"], run.parts["started"]])
     starts += [float(started[np.isfinite(started)].min())] if np.isfinite(started).any() else []
     return min(starts) if starts else 0.0
 

@@ -18,6 +18,7 @@ GAP_COLOUR = "0.88"
 PHASES = {"start-up": ("#d9c8ea", "//", "start-up (job start to first evaluation)"),
           "wind-down": ("#d5e8d4", "..", "wind-down (last evaluation to job end)")}
 """Colour, hatch and legend text of the time around a worker's evaluations in a job."""
+SPAN = np.dtype([("worker", "i4"), ("status", "i1"), ("started", "f8"), ("finished", "f8")])
 Window = tuple[float, float, bool]
 """When a job ran (start, stop) and whether its stop was recorded (not killed, not running)."""
 
@@ -78,7 +79,8 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"{title}: one bar per evaluation; right: share of the time its jobs ran")
     return save(fig, out / "timeline.png", title,
-                 "One bar per evaluation, coloured by how it ended. Hatched: start-up, from "
+                 "One bar per evaluation (one per part of an evaluation paused at a rung or "
+                 "interrupted, then continued), coloured by how it ended. Hatched: start-up, from "
                  "the job's start to the worker's first evaluation (the objective's import, "
                  "the worker's set-up, the first breeding), and wind-down, from its last "
                  "evaluation to the end of a job that ended cleanly (the budget was handed out, "
@@ -98,8 +100,18 @@ def worker_shares(run: RunData) -> dict[int, dict[str, float]]:
 
 
 def _timed(run: RunData) -> np.ndarray:
-    ind = run.individuals
-    return ind[np.isfinite(ind["started"]) & np.isfinite(ind["finished"])]
+    """Every timed part of every evaluation, as (worker, status, started, finished): one
+    paused at a rung or interrupted, then continued (maybe by another worker), has a bar per
+    part on the worker that ran it."""
+    spans = np.concatenate([_spans(run.individuals), _spans(run.parts)])
+    return spans[np.isfinite(spans["started"]) & np.isfinite(spans["finished"])]
+
+
+def _spans(rows: np.ndarray) -> np.ndarray:
+    out = np.empty(len(rows), dtype=SPAN)
+    for name in SPAN.names or ():
+        out[name] = rows[name]
+    return out
 
 
 def _end(run: RunData, timed: np.ndarray) -> float:
@@ -159,7 +171,7 @@ def _job_windows(run: RunData, t0: float, end: float) -> list[Window]:
     jobs = run.jobs[np.argsort(run.jobs["start"], kind="stable")]
     if not len(jobs):  # run.h5 is missing: one window over what was recorded
         return [(t0, end, False)]
-    finished = run.individuals["finished"]
+    finished = _timed(run)["finished"]
     windows = []
     for index, job in enumerate(jobs):
         start, stop = float(job["start"]), float(job["stop"])

@@ -1,0 +1,70 @@
+"""Holds on a kept checkpoint: which worker leaders still want it for children to inherit.
+
+An individual may be a parent on several islands at once (pollination copies it, migration
+moves it), and each island decides alone when it no longer wants it. So the checkpoint carries
+one hold per leader that wants it, an empty file ``RUN_DIR/checkpoints/indID.holds/jobJJJ-
+workerWWWWW`` (:meth:`~atoll.record.paths.RunPaths.hold_file`), and goes with the last hold:
+
+- a leader takes a hold for itself when its evaluation completes, or on a resume for what its
+  island restored; it takes one for another leader only while it holds one itself (for the new
+  owner of a copy it sends away, before the copy leaves), so the folder of a wanted checkpoint
+  is never empty;
+- a leader that no longer wants it removes its own hold, then the folder: removing a folder
+  succeeds only when it is empty, at once for every process, so exactly the leader that takes
+  the last hold away learns it must delete the checkpoint (:func:`release`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from atoll.record.paths import RunPaths
+
+_HOLDER = re.compile(r"job(\d+)-worker(\d+)")
+
+
+def hold(paths: RunPaths, individual_id: int, job: int, worker: int) -> None:
+    """Take a hold on the checkpoint for ``worker`` of ``job``."""
+    path = paths.hold_file(individual_id, job, worker)
+    path.parent.mkdir(exist_ok=True)
+    path.touch()
+
+
+def holds(paths: RunPaths, individual_id: int, job: int, worker: int) -> bool:
+    """Whether ``worker`` of ``job`` holds the checkpoint (another leader may have given it a
+    hold with a copy it sent)."""
+    return paths.hold_file(individual_id, job, worker).exists()
+
+
+def release(paths: RunPaths, individual_id: int, job: int, worker: int) -> bool:
+    """Give up the hold of ``worker`` of ``job``; True if it was the last one: the caller then
+    deletes the checkpoint, which nobody can want any more."""
+    paths.hold_file(individual_id, job, worker).unlink(missing_ok=True)
+    return _last(paths, individual_id)
+
+
+def release_earlier(paths: RunPaths, job: int) -> list[int]:
+    """Give up every hold of the jobs before ``job`` (a resume, once this job's leaders took
+    theirs); the individuals whose last hold went, in order of id."""
+    emptied = []
+    for ident, folder in sorted(paths.holds_dirs().items()):
+        try:
+            held = list(folder.iterdir())
+        except FileNotFoundError:  # a leader of this job released the last hold meanwhile
+            continue
+        for path in held:
+            found = _HOLDER.fullmatch(path.name)
+            if found is None or int(found[1]) < job:
+                path.unlink(missing_ok=True)
+        if _last(paths, ident):
+            emptied.append(ident)
+    return emptied
+
+
+def _last(paths: RunPaths, individual_id: int) -> bool:
+    try:
+        os.rmdir(paths.holds_dir(individual_id))
+    except OSError:  # another hold is left (or another leader removed the folder first)
+        return False
+    return True

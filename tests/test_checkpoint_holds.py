@@ -1,0 +1,215 @@
+"""Holds on kept checkpoints: a checkpoint that children on any island may inherit stays while
+some island's worker wants it, and goes when none does (units on a real directory, and a real
+2-island mpirun search with pollination whose children inherit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from atoll.engine.population import Population
+from atoll.engine.restore import restore_population
+from atoll.engine.topology import plan_layout
+from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin
+from atoll.record import RunPaths, open_run, read_history
+from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
+from conftest import mpirun_atoll
+
+
+def result(ident: int, loss: float, owner: int = 0) -> Individual:
+    return Individual(id=ident, params={"x0": 0.0}, loss=loss, owner=owner)
+
+
+def saved(store: CheckpointStore, *ids: int) -> None:
+    for ident in ids:
+        store.save(ident, 1, {"w": np.arange(4.0)})
+
+
+def island(store: CheckpointStore, worker: int, keep: int = 1, job: int = 0,
+           emigrants: int = 0) -> tuple[Population, Retention]:
+    population = Population()
+    return population, Retention(store, keep, population.ranked, job=job, worker=worker,
+                                 emigrants=emigrants)
+
+
+def finish(retention: Retention, population: Population, ind: Individual) -> None:
+    retention.finished(ind)
+    population.learn(ind)
+    retention.learn(ind)
+
+
+def arrive(retention: Retention, population: Population, ind: Individual) -> None:
+    population.learn(ind)
+    retention.learn(ind)
+    retention.arrived(ind)
+
+
+def test_a_copy_sent_to_another_island_keeps_the_checkpoint_until_neither_wants_it(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    home, at_home = island(store, worker=0)
+    away, abroad = island(store, worker=1)
+    saved(store, 5)
+    finish(at_home, home, result(5, 0.5))
+    copy = result(5, 0.5, owner=1)
+    at_home.leaving(copy)  # before it is sent
+    saved(store, 6)
+    finish(at_home, home, result(6, 0.1))  # 5 drops out of the home island's best 1
+    assert 5 in store.paths.checkpoint_files()  # the other island still wants it
+    arrive(abroad, away, copy)
+    assert 5 in store.paths.checkpoint_files()
+    saved(store, 7)
+    finish(abroad, away, result(7, 0.2))  # and now neither does
+    assert sorted(store.paths.checkpoint_files()) == [6, 7]
+    assert not store.paths.holds_dir(5).exists()
+
+
+def test_a_copy_the_sender_no_longer_holds_brings_no_hold(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    home, at_home = island(store, worker=0)
+    saved(store, 1, 2)
+    finish(at_home, home, result(1, 0.5))
+    finish(at_home, home, result(2, 0.1))
+    at_home.leaving(result(1, 0.5, owner=1))
+    assert sorted(store.paths.checkpoint_files()) == [2]
+    assert not store.paths.holds_dir(1).exists()
+
+
+def test_a_worker_keeps_the_individuals_it_may_emigrate(tmp_path):
+    """Its best owned individuals may leave for another island even when its island has better
+    ones: their checkpoints must still be there when they are sent."""
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    population, mine = island(store, worker=0, keep=1, emigrants=1)
+    other = Retention(store, 1, population.ranked, job=0, worker=1)
+    saved(store, 1, 2, 3)
+    finish(mine, population, result(1, 0.5))
+    ind = result(2, 0.1, owner=1)
+    other.finished(ind)
+    population.learn(ind)
+    mine.learn(ind)
+    finish(mine, population, result(3, 0.7))
+    assert sorted(store.paths.checkpoint_files()) == [1, 2]  # 1: worker 0's best own
+
+
+def test_a_resume_releases_the_holds_of_earlier_jobs_that_nobody_took_over(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    population, first = island(store, worker=0, keep=2, job=0)
+    saved(store, 1, 2)
+    for ind in (result(1, 0.5), result(2, 0.1)):
+        finish(first, population, ind)
+    restored = Population()
+    restored.learn(result(2, 0.1, owner=0))
+    again = Retention(store, 2, restored.ranked, job=1, worker=0)
+    again.adopt(restored, worker=0)
+    assert release_earlier_holds(store, job=1) == [1]
+    assert sorted(store.paths.checkpoint_files()) == [2]
+    assert [p.name for p in store.paths.holds_dir(2).iterdir()] == ["job001-worker00000"]
+
+
+# -- a real search: two islands, pollination, inheriting children ----------------------------
+
+CONFIG = """seed = {seed}
+[objective]
+name = "objectives:lineage_demo"
+[space.x0]
+type = "float"
+low = -1.0
+high = 1.0
+[search]
+evaluations = 40
+islands = 2
+[evolution]
+strategy = "ga"
+population_size = 2
+[migration]
+mode = "pollination"
+probability = 0.5
+[inherit]
+enabled = true
+keep = {keep}
+"""
+KEEP = 1  # the GA's parents are 2 of its island's best 2: the better one is the island's best
+LOST = "which it was to inherit, is not kept"
+
+
+@pytest.fixture(scope="module", params=[1, 3])
+def pollinated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> Path:
+    base = tmp_path_factory.mktemp(f"pollinated{request.param}")
+    config = base / "atoll.toml"
+    config.write_text(CONFIG.format(seed=request.param, keep=KEEP))
+    run_dir = base / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return run_dir
+
+
+def rows_and_epochs(run_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
+    run = open_run(run_dir)
+    rows = {int(r["id"]): {name: r[name].item() for name in run.individuals.dtype.names
+                           if name != "error"} for r in run.individuals}
+    epochs: dict[int, list[int]] = {}
+    for ident, epoch in zip(run.epochs["individual"].tolist(), run.epochs["epoch"].tolist(),
+                            strict=True):
+        epochs.setdefault(ident, []).append(epoch)
+    return rows, {k: sorted(v) for k, v in epochs.items()}
+
+
+def test_children_inherit_migrants_whose_home_island_dropped_them(pollinated):
+    """Every GA child inherits its better parent's checkpoint (lineage_demo never declines, and
+    the better parent is its island's best), also when that parent is a copy from the other
+    island that its home island dropped; the lineage columns say what was loaded:
+    the child's epochs go on from the parent's last."""
+    rows, epochs = rows_and_epochs(pollinated)
+    logs = "".join(p.read_text() for p in (pollinated / "logs").glob("*.log"))
+    assert LOST not in logs
+    _, migrations = read_history(pollinated, 1)
+    copied = set(migrations["individual"].tolist())
+    abroad = 0
+    for ident, row in rows.items():
+        parents = [p for p in (row["parent_a"], row["parent_b"]) if p != NO_PARENT]
+        if row["origin"] != int(Origin.GA) or not parents:
+            assert row["inherit_from"] == NO_PARENT and epochs[ident][0] == 0, row
+            continue
+        better = min(parents, key=lambda p: (rows[p]["loss"], p))
+        assert row["inherit_from"] == better, row
+        assert row["inherit_epoch"] == epochs[better][-1] != NO_EPOCH, row
+        assert epochs[ident][0] == row["inherit_epoch"] + 1, row
+        abroad += better in copied and rows[better]["island"] != row["island"]
+    assert abroad >= 1  # some children inherited from a copy of the other island's
+
+
+def wanted_at_the_end(run_dir: Path, jobs: int) -> set[int]:
+    """The individuals among an island's best ``KEEP`` after ``jobs`` jobs."""
+    individuals, migrations = read_history(run_dir, jobs)
+    space, layout = open_run(run_dir).space, plan_layout(2, 1, 2)
+    wanted = set()
+    for island_id in range(2):
+        population = restore_population(individuals, migrations, space, layout, island_id)
+        wanted |= {ind.id for ind in population.ranked[:KEEP]}
+    return wanted
+
+
+def held(run_dir: Path) -> dict[int, list[str]]:
+    return {ident: sorted(p.name for p in folder.iterdir())
+            for ident, folder in RunPaths(run_dir).holds_dirs().items()}
+
+
+def test_only_checkpoints_an_island_still_wants_are_left(pollinated):
+    """Disk stays bounded: at the end each island's best ``keep`` have their checkpoints, and
+    nothing else has one (nor a hold)."""
+    wanted = wanted_at_the_end(pollinated, 1)
+    assert set(RunPaths(pollinated).checkpoint_files()) == wanted == set(held(pollinated))
+    assert len(wanted) <= 2 * KEEP
+
+
+def test_a_resume_takes_the_holds_over_and_drops_the_first_jobs(pollinated):
+    done = mpirun_atoll(2, "resume", "-q", str(pollinated), "--set", "search.evaluations=60")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert not any(LOST in p.read_text() for p in (pollinated / "logs").glob("job001-*.log"))
+    wanted = wanted_at_the_end(pollinated, 2)
+    assert set(RunPaths(pollinated).checkpoint_files()) == wanted == set(held(pollinated))
+    assert all(name.startswith("job001-") for names in held(pollinated).values()
+               for name in names)
