@@ -387,7 +387,8 @@ def _text_coder(space: Space) -> Callable[[int, tuple[Any, ...]], tuple[Any, ...
     """What turns a row's text parameters into the UTF-8 bytes of their choice (None: the space
     has none). Numpy would encode text as ASCII, and cut a value wider than its column
     silently: a value that is not one of the choices is refused instead."""
-    coded = [(k, p.name, {c: str(c).encode() for c in p.choices}) for k, p in enumerate(space.params)
+    coded = [(k, p.name, {c: str(c).encode() for c in p.choices})
+             for k, p in enumerate(space.params)
              if isinstance(p, CategoricalParam) and isinstance(p.choices[0], str)]
     if not coded:
         return None
