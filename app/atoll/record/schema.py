@@ -317,11 +317,21 @@ def committed_rows(ds: h5py.Dataset) -> int:
     the rows are in the table, so anything but a count from 0 to the rows held is damage."""
     value = ds.attrs.get(ROWS_ATTR, ds.shape[0])
     value = value.item() if isinstance(value, np.generic) else value
+    grown(ds, value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ds.shape[0]:
         raise RecordError(f"{ds.file.filename}: table {ds.name.lstrip('/')!r} claims "
                           f"{str(value)[:40]!r} committed rows but holds {ds.shape[0]}: the file "
                           f"is damaged; {DAMAGED_HINT}")
     return value
+
+
+def grown(ds: h5py.Dataset, size: object) -> None:
+    """Read again the size of a table that a live writer may have grown past ``size`` since it
+    was opened: a file read in SWMR mode keeps the size it found at opening, while its
+    attributes are read when asked (its ``rows`` came out larger than the table)."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > ds.shape[0] \
+            and ds.file.swmr_mode:
+        ds.refresh()
 
 
 def checksum(rows: np.ndarray, crc: int = 0) -> int:

@@ -75,6 +75,8 @@ def attach(rows: np.ndarray, stream: h5py.Dataset, covered: int, crc: int | None
     lengths = rows["error"].astype(np.int64)
     ends = np.cumsum(lengths)
     need = int(ends[-1]) if len(ends) else 0
+    if need > stream.shape[0] and stream.file.swmr_mode:
+        stream.refresh()  # grown by a live writer since this reader first met it
     if len(lengths) and int(lengths.min()) < 0 or need > stream.shape[0]:
         raise RecordError(f"{where}: its rows' error texts take {need} bytes, but {STREAM!r} "
                           f"holds {stream.shape[0]}: the file is damaged; {hint}")
