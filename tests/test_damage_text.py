@@ -13,6 +13,8 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +28,7 @@ from atoll.errors import RecordError
 from atoll.evaluation.call import ERROR_CHARS
 from atoll.individual import Individual, Status
 from atoll.record import WorkerLog, open_run
-from atoll.record._h5 import SWMR_LIBVER
+from atoll.record._h5 import SWMR_LIBVER, WORKER_KIND, open_h5
 from atoll.record.schema import checksum, checksum_value, committed
 from atoll.space import Space
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
@@ -257,3 +259,48 @@ def test_a_run_with_version_1_worker_files_is_read_and_resumed(tmp_path: Path,
     assert same(ind[np.isin(ind["id"], written["id"])], written)
     failed = ind["error"][ind["status"] == int(Status.FAILED)]
     assert len(failed) > np.count_nonzero(written["status"] == int(Status.FAILED))
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from atoll.individual import Individual, Status
+    from atoll.record import WorkerLog
+    from atoll.space import Space
+    space = Space.from_dict({"act": {"type": "categorical", "choices": ["a", "b"]}})
+    log = WorkerLog(Path(sys.argv[1]), space, job=0, worker=0, flush_interval=3600)
+    for batch, _ in enumerate(sys.stdin):  # a batch of rows for each line read
+        for k in range(600 * batch, 600 * batch + 600):
+            log.add_individual(Individual(id=k, params={"act": "b"}, status=Status.FAILED,
+                                          error=f"E{k}"))
+        log.flush()
+        print(600 * batch + 600, flush=True)
+""")
+
+
+def test_a_reader_of_a_live_file_sees_rows_written_after_it_opened_it(tmp_path: Path) -> None:
+    """A file read in SWMR mode keeps the table sizes it found at opening; the rows attribute
+    is read later, and was larger than the table (the file called damaged) when a flush came
+    between the two."""
+    path = tmp_path / "w.h5"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], env=mpi_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdin is not None and writer.stdout is not None
+
+    def flushed() -> int:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        return int(writer.stdout.readline())
+
+    try:
+        assert flushed() == 600
+        with open_h5(path, hint="", kind=WORKER_KIND) as f:
+            ds, stream = f["individuals"], f["error_text"]
+            assert f.swmr_mode and ds.shape == (600,) and stream.shape[0] < 5000
+            assert flushed() == 1200
+            rows = committed(ds)
+        assert rows["error"].tolist() == [f"E{k}" for k in range(1200)]
+        assert set(rows["act"].tolist()) == {b"b"}
+    finally:
+        writer.kill()
+        writer.wait()
