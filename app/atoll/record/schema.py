@@ -156,11 +156,12 @@ def worker_individual_dtype(space: Space) -> np.dtype:
     check_param_names(space)
     enums = {"origin": ORIGIN, "status": STATUS}
     fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", np.int64)]
-    return np.dtype(fixed + [(p.name, _fixed(param_dtype(p), p)) for p in space.params])
+    return np.dtype(fixed + [(p.name, _worker_column(p)) for p in space.params])
 
 
-def _fixed(dtype: np.dtype, param: Param) -> np.dtype:
-    if dtype != STR:
+def _worker_column(param: Param) -> np.dtype:
+    dtype = param_dtype(param)
+    if dtype.kind != "O":
         return dtype
     assert isinstance(param, CategoricalParam)
     width = max(len(str(c).encode()) for c in param.choices)

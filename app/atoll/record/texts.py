@@ -5,10 +5,11 @@ texts went to HDF5's global heap, which nothing checksums (a changed byte was re
 and whose damaged headers can send HDF5 into an endless loop. Instead the texts are UTF-8
 bytes, one after another in row order, in the uint8 dataset ``error_text``; a row's ``error``
 column holds the length of its text, so its text starts where the texts of the rows before it
-end. The individuals table's commit covers them: its ``checksum`` attribute holds a third
-number, the CRC-32 of the texts of the rows it covers, and the texts are written (and flushed)
-with the rows, before the ``rows`` attribute that makes a reader see them. Whole texts are
-kept, however long: a cap would cut a command's stderr silently.
+end. The individuals table's commit covers them: the texts are written (and flushed) with the
+rows, before the ``rows`` attribute that makes a reader see them, and the ``checksum``
+attribute holds a third number, the CRC-32 of the texts of the rows it covers. Each text is
+kept whole, whatever its length (the evaluation bounds it, and says so when it cuts one:
+:data:`atoll.evaluation.call.ERROR_CHARS`).
 """
 
 from __future__ import annotations
