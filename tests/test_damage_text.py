@@ -159,6 +159,24 @@ def test_worker_files_have_no_global_heap(request: pytest.FixtureRequest, which:
         assert HEAP not in (run_dir / "results.h5").read_bytes()
 
 
+def test_a_run_with_kept_checkpoints_has_no_global_heap(tmp_path: Path) -> None:
+    """Checkpoints (kept for children to inherit) write their text fixed-length too: no file
+    of the run directory has a global heap."""
+    config = tmp_path / "atoll.toml"
+    config.write_text('seed = 3\n[objective]\nname = "objectives:lineage_demo"\n'
+                      '[space.x0]\ntype = "float"\nlow = -1.0\nhigh = 1.0\n'
+                      '[search]\nevaluations = 8\nislands = 1\n[evolution]\nstrategy = "ga"\n'
+                      '[inherit]\nenabled = true\nkeep = 2\n')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir),
+                        timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = list((run_dir / "checkpoints").glob("*.h5"))
+    assert kept, sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {p for p in files if HEAP in p.read_bytes()} == set()
+
+
 def test_a_commands_stderr_is_kept_whole(tmp_path: Path) -> None:
     """Its last lines, as long as an error may be (evaluation.call.ERROR_CHARS)."""
     lines = [f"{k} {'üx' * 50}" for k in range(8)]
