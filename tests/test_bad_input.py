@@ -624,10 +624,10 @@ CASES = [
          "to read the run from; restore it from a backup", setup=garbage_results_file_alone),
     Case("newer_schema", RESUME,
          "atoll: error: {run_dir}/run.h5: written with record schema version 99, but this atoll "
-         "reads up to version 1; upgrade atoll to read or resume this run", setup=newer_schema),
+         "reads up to version 2; upgrade atoll to read or resume this run", setup=newer_schema),
     Case("newer_schema_search", SEARCH_SLOW,
          "atoll: error: {run_dir}/run.h5: written with record schema version 99, but this atoll "
-         "reads up to version 1; upgrade atoll to read or resume this run", setup=newer_schema),
+         "reads up to version 2; upgrade atoll to read or resume this run", setup=newer_schema),
     Case("worker_file_of_another_space", RESUME,
          "atoll: error: {run_dir}/workers/job000-worker00000.h5: its search space differs from "
          "run.h5's: space.x1.high is 1.0 in the worker file, 5.12 in run.h5; move it out of "

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 import random
 import shutil
@@ -159,9 +161,60 @@ def test_the_store_keeps_one_checked_file_per_individual(tmp_path):
     assert list(paths.checkpoint_files()) == [3]
     assert not list(paths.checkpoints_dir.glob(".*"))  # no temporary file left
     with h5py.File(paths.checkpoint_file(3), "r") as f:  # plain h5py reads it
-        assert f.attrs["run_id"] == "run-a" and f.attrs["individual"] == 3
+        assert f.attrs["run_id"].decode() == "run-a" and f.attrs["individual"] == 3
+    assert b"GCOL" not in paths.checkpoint_file(3).read_bytes()  # no global heap: text is fixed
     store.discard(3)
     assert store.load(3) is None and paths.checkpoint_files() == {}
+
+
+def write_old_checkpoint(path, run_id: str, ident: int, epoch: int) -> None:
+    """A checkpoint as Atoll wrote it before: every text a variable-length string (in the
+    file's global heap), the user block holding the SHA-256 of the rest."""
+    buffer = io.BytesIO()
+    text = h5py.string_dtype()
+    with h5py.File(buffer, "w", userblock_size=512) as f:
+        for name, value in (("kind", "atoll-checkpoint"), ("run_id", run_id),
+                            ("about", json.dumps({"params": {"x": 0.5}}))):
+            f.attrs.create(name, value, dtype=text)
+        f.attrs.update(format_version=1, individual=ident, epoch=epoch, saved=0.0)
+        state = f.create_group("state")
+        state.attrs.create("type", "dict", dtype=text)
+        for i, (key, value, kind) in enumerate((("w", torch.arange(3.0), "tensor"),
+                                                 (7, "é", "str"), ("n", None, "none"))):
+            if value is None:
+                node = state.create_group(str(i))
+            else:
+                data = value.numpy() if kind == "tensor" else np.frombuffer(value.encode(),
+                                                                            np.uint8)
+                node = state.create_dataset(str(i), data=data)
+            for name, attr in (("type", kind), ("key", str(key)),
+                               ("key_type", type(key).__name__)):
+                node.attrs.create(name, attr, dtype=text)
+            if kind == "tensor":
+                node.attrs.create("torch_dtype", "float32", dtype=text)
+                node.attrs["requires_grad"] = False
+    data = buffer.getbuffer()
+    header = b"ATOLL-CHECKPOINT sha256 " + hashlib.sha256(data[512:]).hexdigest().encode() + b"\n"
+    data[:len(header)] = header
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def test_a_checkpoint_written_with_variable_length_strings_still_loads(tmp_path):
+    paths = RunPaths(tmp_path)
+    write_old_checkpoint(paths.checkpoint_file(4), "run-a", 4, 2)
+    assert b"GCOL" in paths.checkpoint_file(4).read_bytes()  # it has a global heap
+    loaded = CheckpointStore(paths, "run-a").load(4)
+    assert loaded is not None and loaded.epoch == 2
+    assert same(loaded.state, {"w": torch.arange(3.0), 7: "é", "n": None})
+    assert [u.about for u in CheckpointStore(paths, "run-a").unrecorded(set())] == \
+        [{"params": {"x": 0.5}}]
+    assert CheckpointStore(paths, "run-b").load(4) is None  # its run id is read, too
+
+
+def test_a_key_with_a_nul_character_is_named():
+    with pytest.raises(TypeError, match=r"state: key 'a\\x00' holds a NUL character"):
+        round_trip({"a\0": 1})
 
 
 @pytest.mark.parametrize("damage", ["flip a byte", "truncate", "zero the header"])

@@ -74,11 +74,13 @@ def test_whatever_the_objective_raises_is_one_line_of_data(objective: Callable[.
     assert status == Status.FAILED and math.isnan(loss) and error == says
 
 
-def test_a_long_error_is_cut_to_what_the_record_keeps() -> None:
+def test_a_long_error_is_cut_and_says_so() -> None:
     def shouts(params: Any, ctx: Any) -> float:
         raise ValueError("x" * 5000)
 
-    assert len(outcome(shouts)[2]) == 1000
+    error = outcome(shouts)[2]
+    assert len(error) == 1000 and error.startswith("ValueError: xxx")
+    assert error.endswith("xxx [cut: the whole error is in the logs]")
 
 
 def test_eval_timeout_cuts_a_sleeping_objective_short() -> None:

@@ -406,7 +406,7 @@ def test_new_metric_widens_a_long_epochs_table(tmp_path: Path, space: Space) -> 
         log.flush()
         log.add_epoch(1, 1, 1.0, {"a": 3.0, "c": 4.0})
     with h5py.File(path, "r") as f:
-        assert set(f) == {"individuals", "epochs", "migrations", "population"}
+        assert set(f) == {"individuals", "error_text", "epochs", "migrations", "population"}
         epochs = f["epochs"][...]
     assert epochs.dtype.names[3:] == ("a", "b", "c") and len(epochs) == 5002
     assert np.array_equal(epochs["a"][:5000], np.arange(5000.0))

@@ -25,7 +25,7 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from atoll.errors import RecordError
-from atoll.record import open_run
+from atoll.record import SCHEMA_VERSION, open_run
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
 
 # The worktree's package first: the venv's editable install may point at another checkout.
@@ -109,7 +109,7 @@ def test_report_prints_counts_failure_reasons_and_the_best(finished):
     ok = int(np.count_nonzero(status == 0))
     assert 0 < failed < len(ind) == 48
     lines = done.stdout.splitlines()
-    assert lines[0].startswith(f"Report of {run_dir} (record schema 1")
+    assert lines[0].startswith(f"Report of {run_dir} (record schema {SCHEMA_VERSION}")
     assert lines[1] == f"Evaluations: 48 (ok {ok}, failed {failed}, pruned 0, interrupted 0, " \
                         "paused 0)"
     assert f"  {failed:6d}  ValueError: report_demo failed on purpose" in lines

@@ -17,6 +17,17 @@ log = logging.getLogger(__name__)
 
 Objective = Callable[[Mapping[str, Any], Context], Any]
 
+ERROR_CHARS = 1000
+"""Characters of an error a failed individual records (a multi-rank worker's, twice as many).
+results.h5 gives every row's error as much room as the longest one's: without a bound, one
+error of megabytes (a progress bar on stderr is one long line) would cost that much per row."""
+CUT = " [cut: the whole error is in the logs]"
+
+
+def cut(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text``, or its start and a note saying so if it is longer than ``limit``."""
+    return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+
 
 def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
              timeout: float = 0.0) -> tuple[float, Status, str]:
@@ -32,7 +43,7 @@ def evaluate(objective: Objective, params: Mapping[str, Any], ctx: Context,
         # Every rank of a worker fails alike: the leader warns, the others' logs keep theirs.
         log.log(logging.WARNING if ctx.is_leader else logging.INFO, "individual %d failed",
                 ctx.individual_id, exc_info=True)
-        return math.nan, Status.FAILED, described(exc)[:1000]
+        return math.nan, Status.FAILED, cut(described(exc))
     if type(value) is float:  # the common case: nothing to check but finiteness
         loss = value
     else:

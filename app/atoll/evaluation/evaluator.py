@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atoll.evaluation.call import Objective, evaluate
+from atoll.evaluation.call import ERROR_CHARS, Objective, cut, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
 from atoll.evaluation.metric_check import MetricCheck
 from atoll.evaluation.process_group import ProcessGroupOwner
@@ -113,7 +113,8 @@ class WorkerEvaluator:
         if not failed:
             return
         if failed != [f"rank 0: {ind.error}"]:
-            ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, "; ".join(failed)[:2000]
+            error = cut("; ".join(failed), 2 * ERROR_CHARS)
+            ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, error
         self.services.group.close()
 
     def close(self) -> None:

@@ -7,7 +7,9 @@ stops the job like any record write (:mod:`atoll.record.full`).
 
 A file is HDF5 (readable with h5py alone) behind a 512-byte user block that holds the SHA-256 of
 everything after it. Its root attributes name the run, the individual and the epoch; the state
-is the ``state`` tree of :mod:`atoll.record.state`. A file that is damaged (checksum, HDF5) or
+is the ``state`` tree of :mod:`atoll.record.state`. Its text is fixed-length UTF-8, so it has no
+global heap (HDF5 checksums none; a damaged heap header could loop it); a checkpoint written
+with variable-length strings (Atoll before) still loads. A file that is damaged (checksum, HDF5) or
 foreign (another run or individual) is never loaded: :meth:`CheckpointStore.load` warns, naming
 the file, and the evaluation starts from scratch.
 
@@ -36,6 +38,7 @@ from atoll.individual import Individual, replaced_member
 from atoll.record import full, holds
 from atoll.record._h5 import text, written_whole
 from atoll.record.paths import RunPaths
+from atoll.record.schema import put_attr
 from atoll.record.state import read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -149,13 +152,13 @@ class CheckpointStore:
                about: Mapping[str, Any]) -> memoryview:
         buffer = io.BytesIO()
         with h5py.File(buffer, "w", userblock_size=USER_BLOCK) as f:
-            f.attrs["kind"] = KIND
+            put_attr(f, "kind", KIND)
             f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["run_id"] = self.run_id
+            put_attr(f, "run_id", self.run_id)
             f.attrs["individual"] = individual_id
             f.attrs["epoch"] = int(epoch)
             f.attrs["saved"] = time.time()
-            f.attrs["about"] = json.dumps(dict(about))
+            put_attr(f, "about", json.dumps(dict(about)))
             write_state(f, "state", state)
         data = buffer.getbuffer()
         digest = hashlib.sha256(data[USER_BLOCK:]).hexdigest().encode()

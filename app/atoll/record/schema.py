@@ -7,6 +7,10 @@ writer updates it only after the rows themselves reached the file, so a reader t
 never sees a half-written batch, even of a writer killed during a flush. ``checksum`` is (rows
 it covers, their CRC-32), raised right after ``rows``: HDF5 checksums its own metadata (the
 attributes among it) but not the rows, so without it a changed loss or id went unnoticed.
+No text is kept in HDF5's global heap (unchecked, and a damaged header there loops HDF5): text
+attributes and the columns of tables written whole are fixed-length (:func:`put_attr`,
+:func:`fixed_text`); a worker file's categorical columns are as wide as their longest choice,
+its error texts a byte stream its ``checksum`` covers too (:mod:`atoll.record.texts`).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import numpy as np
 from atoll.config import MIGRATION_MODES
 from atoll.errors import ConfigError, RecordError
 from atoll.individual import FIELDS, FINISHED, Origin, Status
+from atoll.record import texts
 from atoll.space import CategoricalParam, FloatParam, IntParam, Param, Space
 
-SCHEMA_VERSION = 1
-"""Bumped whenever a reader of the old version would misread a new file."""
+SCHEMA_VERSION = 2
+"""Bumped whenever a reader of the old version would misread a new file. 2: worker files keep
+their text out of HDF5's global heap (:func:`worker_individual_dtype`); version 1 files are
+read as before."""
 
 ROWS_ATTR = "rows"
 CHECKSUM_ATTR = "checksum"
@@ -152,6 +159,25 @@ def param_dtype(param: Param) -> np.dtype:
     if isinstance(value, float):
         return np.dtype("f8")
     return STR
+
+
+def worker_individual_dtype(space: Space) -> np.dtype:
+    """The individuals table of a worker file: ``error`` is the length in bytes of the row's
+    text in the file's error text stream (:mod:`atoll.record.texts`), a text parameter a
+    fixed-length UTF-8 column as wide as its longest choice."""
+    check_param_names(space)
+    enums = {"origin": ORIGIN, "status": STATUS}
+    fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", np.int64)]
+    return np.dtype(fixed + [(p.name, _worker_column(p)) for p in space.params])
+
+
+def _worker_column(param: Param) -> np.dtype:
+    dtype = param_dtype(param)
+    if dtype.kind != "O":
+        return dtype
+    assert isinstance(param, CategoricalParam)
+    width = max(len(str(c).encode()) for c in param.choices)
+    return h5py.string_dtype("utf-8", max(1, width))
 
 
 def put_attr(obj: h5py.HLObject, name: str, value: object) -> None:
@@ -289,8 +315,8 @@ def fixed_text(table: np.ndarray) -> np.ndarray:
     """``table`` with its text columns as fixed-length UTF-8 strings, as wide as their longest
     value. A table written whole (run.h5's jobs, results.h5) so keeps its text in the rows, which
     its checksum covers, and not in HDF5's global heap: nothing checks that heap, and a damaged
-    header in it sends HDF5 into an endless loop. Worker files append, so their text columns
-    stay variable-length."""
+    header in it sends HDF5 into an endless loop. Worker files append, so their widths are set
+    when they are created (:func:`worker_individual_dtype`)."""
     names = table.dtype.names or ()
     texts = {name: [value.encode() if isinstance(value, str) else bytes(value)
                     for value in table[name]]
@@ -321,6 +347,7 @@ def committed_rows(ds: h5py.Dataset) -> int:
     the rows are in the table, so anything but a count from 0 to the rows held is damage."""
     value = ds.attrs.get(ROWS_ATTR, ds.shape[0])
     value = value.item() if isinstance(value, np.generic) else value
+    grown(ds, value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ds.shape[0]:
         raise RecordError(f"{ds.file.filename}: table {ds.name.lstrip('/')!r} claims "
                           f"{str(value)[:40]!r} committed rows but holds {ds.shape[0]}: the file "
@@ -328,10 +355,19 @@ def committed_rows(ds: h5py.Dataset) -> int:
     return value
 
 
+def grown(ds: h5py.Dataset, size: object) -> None:
+    """Read again the size of a table that a live writer may have grown past ``size`` since it
+    was opened: a file read in SWMR mode keeps the size it found at opening, while its
+    attributes are read when asked (its ``rows`` came out larger than the table)."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > ds.shape[0] \
+            and ds.file.swmr_mode:
+        ds.refresh()
+
+
 def checksum(rows: np.ndarray, crc: int = 0) -> int:
-    """CRC-32 of the rows' fixed-size columns (fixed-length text included; variable-length
-    strings live elsewhere in the file), row after row, continuing ``crc``: the CRC of the rows
-    before them."""
+    """CRC-32 of the rows' fixed-size columns (fixed-length text included; the variable-length
+    strings of version 1 worker files live elsewhere in the file, unchecked), row after row,
+    continuing ``crc``: the CRC of the rows before them."""
     names = [n for n in rows.dtype.names or () if rows.dtype[n].kind != "O"]
     packed = np.empty(len(rows), dtype=[(n, rows.dtype[n].newbyteorder("<")) for n in names])
     for name in names:
@@ -339,9 +375,10 @@ def checksum(rows: np.ndarray, crc: int = 0) -> int:
     return zlib.crc32(packed.tobytes(), crc)
 
 
-def checksum_value(rows: int, crc: int) -> np.ndarray:
-    """The ``checksum`` attribute: the committed rows it covers and their CRC-32."""
-    return np.array([rows, crc], dtype=np.int64)
+def checksum_value(rows: int, crc: int, text_crc: int | None = None) -> np.ndarray:
+    """The ``checksum`` attribute: the committed rows it covers and their CRC-32, then (a
+    worker file's individuals) the CRC-32 of their error texts."""
+    return np.array([rows, crc] if text_crc is None else [rows, crc, text_crc], dtype=np.int64)
 
 
 def seal(ds: h5py.Dataset) -> None:
@@ -358,8 +395,13 @@ def committed(ds: h5py.Dataset) -> np.ndarray:
     where = f"{ds.file.filename}: table {ds.name.lstrip('/')!r}"
     stored = ds.attrs.get(CHECKSUM_ATTR)  # before rows: a live writer raises rows first
     rows = ds[: committed_rows(ds)]
-    if stored is not None:
-        _check_sum(rows, stored, where)
+    covered, text_crc = (len(rows), None) if stored is None else _check_sum(rows, stored, where)
+    if rows.dtype.names and "error" in rows.dtype.names and rows.dtype["error"].kind in "iu":
+        if texts.STREAM not in ds.parent:
+            raise RecordError(f"{where}: its error texts ({texts.STREAM!r}) are missing: the "
+                              f"file is damaged; {DAMAGED_HINT}")
+        rows = texts.attach(rows, ds.parent[texts.STREAM], covered, text_crc, where,
+                            DAMAGED_HINT)
     for name in rows.dtype.names or ():
         enum = h5py.check_enum_dtype(rows.dtype[name])
         if enum:
@@ -375,10 +417,12 @@ def committed(ds: h5py.Dataset) -> np.ndarray:
     return rows
 
 
-def _check_sum(rows: np.ndarray, stored: object, where: str) -> None:
-    """Rows past the covered ones are those of a writer killed between its two commits."""
+def _check_sum(rows: np.ndarray, stored: object, where: str) -> tuple[int, int | None]:
+    """The rows covered and the CRC of their error texts (None: the table has none). Rows past
+    the covered ones are those of a writer killed between its two commits."""
     value = np.asarray(stored)
-    if value.shape != (2,) or value.dtype.kind not in "iu" or not 0 <= value[0] <= len(rows):
+    if value.shape not in ((2,), (3,)) or value.dtype.kind not in "iu" \
+            or not 0 <= value[0] <= len(rows):
         raise RecordError(f"{where}: its checksum attribute is {str(stored)[:40]!r}, not (rows, "
                           f"CRC-32) for up to {len(rows)} rows: the file is damaged; "
                           f"{DAMAGED_HINT}")
@@ -387,6 +431,7 @@ def _check_sum(rows: np.ndarray, stored: object, where: str) -> None:
         raise RecordError(f"{where}: rows 0 to {covered - 1} do not match their checksum (a value "
                           f"in them changed after it was written): the file is damaged; "
                           f"{DAMAGED_HINT}")
+    return covered, int(value[2]) if len(value) == 3 else None
 
 
 def repeated(ids: np.ndarray) -> int | None:

@@ -12,7 +12,9 @@ groups with children ``0 .. n-1`` in order (a dict's key and its type are attrib
 child), tensors and arrays are datasets (tensors of dtypes numpy lacks, such as bfloat16, as
 their raw bits in an unsigned integer of the same width, with the torch dtype in
 ``torch_dtype``), a list or tuple of plain ints in int64 range is one int64 dataset (Python's
-RNG state is 625 of them). Importing this module does not import torch.
+RNG state is 625 of them). Text attributes are fixed-length UTF-8 (:func:`put_attr`), so a
+checkpoint has no global heap; states written with variable-length ones still read. Importing
+this module does not import torch.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
+from atoll.record._h5 import text
 from atoll.record.models import tensor_from_numpy, tensor_to_numpy
+from atoll.record.schema import put_attr
 
 if TYPE_CHECKING:
     import torch
@@ -52,7 +56,7 @@ def read_state(node: h5py.Group | h5py.Dataset, map_location: Any = None) -> Any
 def _write(group: h5py.Group, name: str, value: Any, where: str) -> None:
     kind = type(value)
     if value is None:
-        group.create_group(name).attrs[TYPE] = "none"
+        put_attr(group.create_group(name), TYPE, "none")
     elif kind is bool:
         _scalar(group, name, np.bool_(value), "bool")
     elif kind is int:  # decimal text: any size, read back exactly
@@ -80,7 +84,7 @@ def _write(group: h5py.Group, name: str, value: Any, where: str) -> None:
 
 
 def _scalar(group: h5py.Group, name: str, data: np.ndarray | np.generic, kind: str) -> None:
-    group.create_dataset(name, data=data).attrs[TYPE] = kind
+    put_attr(group.create_dataset(name, data=data), TYPE, kind)
 
 
 def _write_sequence(group: h5py.Group, name: str, value: list[Any] | tuple[Any, ...],
@@ -90,21 +94,24 @@ def _write_sequence(group: h5py.Group, name: str, value: list[Any] | tuple[Any, 
         _scalar(group, name, np.array(value, dtype=np.int64), f"{kind}-of-int")
         return
     sub = group.create_group(name)
-    sub.attrs[TYPE] = kind
+    put_attr(sub, TYPE, kind)
     for i, item in enumerate(value):
         _write(sub, str(i), item, f"{where}[{i}]")
 
 
 def _write_mapping(group: h5py.Group, name: str, value: Mapping[Any, Any], where: str) -> None:
     sub = group.create_group(name)
-    sub.attrs[TYPE] = "dict"
+    put_attr(sub, TYPE, "dict")
     for i, (key, item) in enumerate(value.items()):
         if type(key) not in (str, int):
             raise TypeError(f"{where}: key {key!r} is a {type(key).__name__}; checkpoint keys "
                             "are str or int")
+        if "\0" in str(key):
+            raise TypeError(f"{where}: key {key!r} holds a NUL character; checkpoint keys "
+                            "cannot")
         _write(sub, str(i), item, f"{where}[{key!r}]")
-        sub[str(i)].attrs["key"] = str(key)
-        sub[str(i)].attrs["key_type"] = type(key).__name__
+        put_attr(sub[str(i)], "key", str(key))
+        put_attr(sub[str(i)], "key_type", type(key).__name__)
 
 
 def _is_tensor(value: Any) -> bool:
@@ -121,18 +128,18 @@ def _write_tensor(group: h5py.Group, name: str, tensor: torch.Tensor, where: str
     if tensor.layout != _torch_if_loaded().strided or tensor.is_quantized:
         raise TypeError(f"{where}: a {tensor.layout} tensor cannot be stored; store a dense one")
     ds = group.create_dataset(name, data=tensor_to_numpy(tensor))
-    ds.attrs[TYPE] = "tensor"
-    ds.attrs["torch_dtype"] = str(tensor.dtype).removeprefix("torch.")
+    put_attr(ds, TYPE, "tensor")
+    put_attr(ds, "torch_dtype", str(tensor.dtype).removeprefix("torch."))
     ds.attrs["requires_grad"] = bool(tensor.requires_grad)
 
 
 def _read(node: h5py.Group | h5py.Dataset, map_location: Any) -> Any:
-    kind = str(node.attrs.get(TYPE, ""))
+    kind = text(node.attrs.get(TYPE, ""))
     if isinstance(node, h5py.Group):
         return _read_group(node, kind, map_location)
     data = node[()]
     if kind == "tensor":
-        tensor = tensor_from_numpy(np.asarray(data), str(node.attrs["torch_dtype"]))
+        tensor = tensor_from_numpy(np.asarray(data), text(node.attrs["torch_dtype"]))
         if map_location is not None:
             tensor = tensor.to(map_location)
         return tensor.requires_grad_(bool(node.attrs.get("requires_grad", False)))
@@ -158,5 +165,5 @@ def _read_group(group: h5py.Group, kind: str, map_location: Any) -> Any:
 
 
 def _key(node: h5py.Group | h5py.Dataset) -> str | int:
-    key = str(node.attrs["key"])
-    return int(key) if node.attrs["key_type"] == "int" else key
+    key = text(node.attrs["key"])
+    return int(key) if text(node.attrs["key_type"]) == "int" else key

@@ -1,8 +1,9 @@
 """The per-worker log: one HDF5 file per worker leader and job, written only by that leader.
 
 Rows wait in memory (plain tuples) and reach the file only in :meth:`WorkerLog.flush`: one
-resize and one slice assignment per table, ``h5file.flush()``, then the tables' ``rows``
-attributes are raised to the new counts and the file is flushed again.
+resize and one slice assignment per table (and one for the error texts,
+:mod:`atoll.record.texts`), ``h5file.flush()``, then the tables' ``rows`` attributes are raised
+to the new counts and the file is flushed again. No text goes to HDF5's global heap.
 
 The file is written in HDF5's SWMR mode. Without it, HDF5 writes its metadata at a flush in
 no particular order, and a kill in the middle of one can leave a committed table behind a
@@ -32,7 +33,7 @@ import numpy as np
 
 from atoll.errors import RecordError
 from atoll.individual import Individual, fields_of
-from atoll.record import full
+from atoll.record import full, texts
 from atoll.record._h5 import (
     RUN_ID_ATTR,
     SWMR_LIBVER,
@@ -52,13 +53,14 @@ from atoll.record.schema import (
     committed,
     create_table,
     epoch_dtype,
-    individual_dtype,
     metric_docs,
     migration_dtype,
     param_docs,
     population_dtype,
+    put_attr,
+    worker_individual_dtype,
 )
-from atoll.space import Space
+from atoll.space import CategoricalParam, Space
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +74,13 @@ class WorkerLog:
         if not flush_interval >= 0:
             raise ValueError(f"flush_interval: expected seconds >= 0, got {flush_interval!r}")
         self.path = Path(path)
-        self._ind_dtype = individual_dtype(space)
+        self._ind_dtype = worker_individual_dtype(space)
         self._mig_dtype = migration_dtype()
         self._params = _param_getter(space.names)
+        self._code = _text_coder(space)
         self._interval = float(flush_interval)
         self._individuals: list[tuple[Any, ...]] = []
+        self._texts: list[bytes] = []  # error texts of the pending individuals, in row order
         self._epochs: list[tuple[int, int, float, dict[str, float]]] = []
         self._migrations: list[tuple[Any, ...]] = []
         self._columns: list[str] = []  # metric columns of the epochs table in the file
@@ -99,7 +103,12 @@ class WorkerLog:
         except KeyError as exc:
             raise RecordError(f"individual {ind.id}: no value for parameter {exc.args[0]!r}") \
                 from None
-        self._individuals.append(fields_of(ind) + (ind.error,) + params)
+        if self._code is not None:
+            params = self._code(ind.id, params)
+        text = texts.encode(ind.error) if ind.error else b""
+        self._individuals.append(fields_of(ind) + (len(text),) + params)
+        if text:
+            self._texts.append(text)
 
     def add_epoch(self, individual_id: int, epoch: int, time: float,
                   metrics: Mapping[str, float]) -> None:
@@ -172,7 +181,7 @@ class WorkerLog:
     def _pending_bytes(self) -> int:
         """About what the next flush writes: its rows, their texts, and a rebuilt copy of the
         file when a new metric column is due."""
-        size = len(self._individuals) * (self._ind_dtype.itemsize + 64)
+        size = len(self._individuals) * self._ind_dtype.itemsize + sum(map(len, self._texts))
         size += len(self._epochs) * 8 * (3 + len(self._known))
         size += len(self._migrations) * self._mig_dtype.itemsize
         if len(self._known) > len(self._columns):
@@ -189,6 +198,7 @@ class WorkerLog:
 
     def _drop_pending(self) -> None:
         self._individuals.clear()
+        self._texts.clear()
         self._epochs.clear()
         self._migrations.clear()
         self._last_flush = time.monotonic()
@@ -203,7 +213,7 @@ class WorkerLog:
             written.append((table, table.write(self._epoch_array())))
         if self._individuals:
             table = self._tables["individuals"]
-            written.append((table, table.write(self._individual_array())))
+            written.append((table, table.write(self._individual_array(), b"".join(self._texts))))
         if self._migrations:
             table = self._tables["migrations"]
             written.append((table, table.write(np.array(self._migrations, dtype=table.dtype))))
@@ -252,8 +262,10 @@ class WorkerLog:
         """Open the file for appending in SWMR mode, its tables at their committed rows."""
         self._file = _open_swmr_writing(self.path)
         self._tables = {name: _Table(self._file[name], dtype) for name, dtype in (
-            ("individuals", self._ind_dtype), ("epochs", epoch_dtype(self._columns)),
-            ("migrations", self._mig_dtype), ("population", population_dtype()))}
+            ("epochs", epoch_dtype(self._columns)), ("migrations", self._mig_dtype),
+            ("population", population_dtype()))}
+        self._tables["individuals"] = _Table(self._file["individuals"], self._ind_dtype,
+                                             self._file[texts.STREAM])
 
     def _individual_array(self) -> np.ndarray:
         try:
@@ -289,7 +301,7 @@ class WorkerLog:
                     h5py.File(temp, "w", libver=SWMR_LIBVER) as new:
                 for name, value in old.attrs.items():
                     new.attrs[name] = value
-                for name in ("individuals", "migrations", "population"):
+                for name in ("individuals", texts.STREAM, "migrations", "population"):
                     old.copy(old[name], new, name)
                 rows = committed(old["epochs"])
                 data = np.empty(len(rows), dtype=dtype)
@@ -309,7 +321,9 @@ class _Table:
     """One table's appends through h5py's low-level API: the high-level ``ds[a:b] = rows``
     costs about ten times more per call, which matters when every flush is small."""
 
-    def __init__(self, ds: h5py.Dataset, dtype: np.dtype) -> None:
+    def __init__(self, ds: h5py.Dataset, dtype: np.dtype,
+                 stream: h5py.Dataset | None = None) -> None:
+        """``stream``: where the rows' error texts go; their lengths are the ``error`` column."""
         self.dtype = dtype
         self.rows = int(ds.attrs[ROWS_ATTR])  # committed rows
         self._crc = int(ds.attrs[CHECKSUM_ATTR][1])  # of the committed rows
@@ -318,9 +332,14 @@ class _Table:
         self._mtype = h5py.h5t.py_create(dtype)
         self._rows_attr = h5py.h5a.open(ds.id, ROWS_ATTR.encode())
         self._checksum_attr = h5py.h5a.open(ds.id, CHECKSUM_ATTR.encode())
+        self._texts: texts.Stream | None = None
+        if stream is not None:
+            end = int(ds.fields("error")[: self.rows].sum()) if self.rows else 0
+            self._texts = texts.Stream(stream, end, int(ds.attrs[CHECKSUM_ATTR][2]))
 
-    def write(self, rows: np.ndarray) -> int:
-        """Write ``rows`` after the committed ones; return the row count to commit.
+    def write(self, rows: np.ndarray, text: bytes = b"") -> int:
+        """Write ``rows`` (and their error texts) after the committed ones; return the row
+        count to commit.
 
         Starting at the committed count, a flush retried after an error overwrites its own
         rows instead of adding them twice.
@@ -331,14 +350,19 @@ class _Table:
         target.select_hyperslab((self.rows,), (len(rows),))
         self._id.write(h5py.h5s.create_simple((len(rows),)), target, rows, self._mtype)
         self._written_crc = checksum(rows, self._crc)
+        if self._texts is not None:
+            self._texts.write(text)
         return end
 
     def commit(self, rows: int) -> None:
         """Raise the committed count, then the checksum that covers the new rows."""
         self._rows_attr.write(np.array(rows, dtype=np.int64))
-        self._checksum_attr.write(checksum_value(rows, self._written_crc))
+        text_crc = None if self._texts is None else self._texts.written_crc
+        self._checksum_attr.write(checksum_value(rows, self._written_crc, text_crc))
         self.rows = rows
         self._crc = self._written_crc
+        if self._texts is not None:
+            self._texts.commit()
 
 
 def _open_swmr_writing(path: Path) -> h5py.File:
@@ -359,6 +383,29 @@ def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple
     return itemgetter(*names)
 
 
+def _text_coder(space: Space) -> Callable[[int, tuple[Any, ...]], tuple[Any, ...]] | None:
+    """What turns a row's text parameters into the UTF-8 bytes of their choice (None: the space
+    has none). Numpy would encode text as ASCII, and cut a value wider than its column
+    silently: a value that is not one of the choices is refused instead."""
+    coded = [(k, p.name, {c: str(c).encode() for c in p.choices})
+             for k, p in enumerate(space.params)
+             if isinstance(p, CategoricalParam) and isinstance(p.choices[0], str)]
+    if not coded:
+        return None
+
+    def code(ind_id: int, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = list(row)
+        for k, name, choices in coded:
+            try:
+                out[k] = choices[out[k]]
+            except (KeyError, TypeError):
+                raise RecordError(f"individual {ind_id}: parameter {name!r} is {out[k]!r}, not "
+                                  f"one of its choices {list(choices)}") from None
+        return tuple(out)
+
+    return code
+
+
 def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> None:
     """Write the empty file under a temporary name and move it in place."""
     if path.exists():
@@ -369,7 +416,12 @@ def _create(path: Path, space: Space, *, job: int, worker: int, run_id: str) -> 
         with written_whole(path) as temp, h5py.File(temp, "w", libver=SWMR_LIBVER) as f:
             write_header(f, WORKER_KIND, job=job, worker=worker, created=time.time(),
                          closed=False, space=to_json(space.to_dict()), **{RUN_ID_ATTR: run_id})
-            create_table(f, "individuals", individual_dtype(space), extra_docs=param_docs(space))
+            ds = create_table(f, "individuals", worker_individual_dtype(space),
+                              extra_docs=param_docs(space))
+            put_attr(ds, "doc:error", "length of its error text in 'error_text' (0 if none)")
+            put_attr(ds, "unit:error", "bytes")
+            ds.attrs[CHECKSUM_ATTR] = checksum_value(0, 0, 0)
+            put_attr(texts.create(f), "description", texts.DOC)
             create_table(f, "epochs", epoch_dtype(()))
             create_table(f, "migrations", migration_dtype())
             create_table(f, "population", population_dtype())  # filled at a clean end
