@@ -23,12 +23,14 @@ import h5py
 import numpy as np
 import pytest
 
+import atoll
 from atoll.engine.restore import completed_count
 from atoll.errors import RecordError
 from atoll.evaluation.call import ERROR_CHARS
 from atoll.individual import Individual, Status
 from atoll.record import WorkerLog, open_run
 from atoll.record._h5 import SWMR_LIBVER, WORKER_KIND, open_h5
+from atoll.record.models import load_params
 from atoll.record.schema import checksum, checksum_value, committed
 from atoll.space import Space
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
@@ -173,6 +175,22 @@ def test_a_run_with_kept_checkpoints_has_no_global_heap(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     kept = list((run_dir / "checkpoints").glob("*.h5"))
     assert kept, sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {p for p in files if HEAP in p.read_bytes()} == set()
+
+
+def test_a_run_that_keeps_weights_has_no_global_heap(tmp_path: Path) -> None:
+    """Weight files (``ctx.keep_weights``) write their text fixed-length too: format, torch
+    dtypes, the individual's parameters."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", "tests/configs/slow_sphere.toml",
+                        "--run-dir", str(run_dir), "--set",
+                        "objective.name=objectives:offers_every_epoch", "--set",
+                        "search.evaluations=6", "--set", "record.top_models=2", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = list((run_dir / "models").glob("*.h5"))
+    assert len(kept) == 2 and atoll.best(run_dir).weights in kept
+    assert all(load_params(p).keys() == {"x0", "x1"} for p in kept)
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert {p for p in files if HEAP in p.read_bytes()} == set()
 

@@ -7,7 +7,7 @@ import numpy as np
 import atoll
 from atoll.individual import Status
 from atoll.record import open_run
-from atoll.record.models import load_attrs, load_state_dict
+from atoll.record.models import load_attrs, load_params, load_state_dict, save_state_dict
 from conftest import mpirun_atoll
 
 
@@ -51,3 +51,44 @@ def test_the_runs_best_are_completed_individuals_before_pruned_or_failed_ones(tm
                      dtype=[("id", "i8"), ("status", "i1"), ("loss", "f8")])
     assert prune_to_top(paths, table, 2) == [2, 4]
     assert sorted(paths.model_files()) == [2, 4]
+
+
+def test_a_weights_file_written_with_variable_length_strings_still_loads(tmp_path):
+    """Atoll wrote a weights file's text as variable-length strings (in HDF5's global heap)
+    before; such a file, written here the old way with plain h5py, loads as it did."""
+    import h5py
+    import torch
+
+    path = tmp_path / "ind000000000007.h5"
+    bits = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    with h5py.File(path, "w", track_order=True) as f:
+        f.attrs["format"] = "atoll-weights"
+        f.attrs["format_version"] = 1
+        f.attrs["individual"] = 7
+        f.attrs["params"] = '{"lr": 0.01, "act": "relu"}'
+        f.create_dataset("fc/weight", data=np.arange(6.0).reshape(2, 3)).attrs["torch_dtype"] = \
+            "float64"
+        raw = bits.view(torch.int16).numpy().view(np.uint16)
+        f.create_dataset("fc/bias", data=raw).attrs["torch_dtype"] = "bfloat16"
+        assert h5py.check_string_dtype(f.attrs.get_id("format").dtype).length is None
+    tensors = load_state_dict(path)
+    assert sorted(tensors) == ["fc/bias", "fc/weight"]
+    assert tensors["fc/weight"].tolist() == np.arange(6.0).reshape(2, 3).tolist()
+    assert tensors["fc/bias"].dtype == torch.bfloat16 and torch.equal(tensors["fc/bias"], bits)
+    assert load_attrs(path) == {"individual": 7, "params": '{"lr": 0.01, "act": "relu"}'}
+    assert load_params(path) == {"lr": 0.01, "act": "relu"}
+
+
+def test_a_weights_file_keeps_its_text_fixed_length(tmp_path):
+    """No global heap: format, dtypes and attributes are fixed-length UTF-8 and read back."""
+    import h5py
+    import torch
+
+    path = save_state_dict(tmp_path / "w.h5", {"a/b": torch.ones(2, dtype=torch.bfloat16)},
+                           {"params": '{"name": "Zoë"}', "loss": 0.5})
+    assert b"GCOL" not in path.read_bytes()
+    with h5py.File(path) as f:
+        assert h5py.check_string_dtype(f.attrs.get_id("params").dtype).length is not None
+        assert f.attrs["format"] == b"atoll-weights"  # plain h5py: bytes
+    assert load_params(path) == {"name": "Zoë"}
+    assert load_state_dict(path)["a/b"].dtype == torch.bfloat16

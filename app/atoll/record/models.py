@@ -8,6 +8,9 @@ A state dict ``{name: tensor}`` becomes one dataset per entry, named by its key 
 key makes groups, and reads back as the same key). Dtypes are kept; those numpy has no type
 for (bfloat16, the float8 kinds) are stored as their raw bits in an unsigned integer of the same
 width, with the torch dtype in the dataset's ``torch_dtype`` attribute (every dataset has it).
+Text attributes are fixed-length UTF-8 (:func:`put_attr`), so a file has no global heap (HDF5
+checksums none; a damaged heap header could loop it); files written with variable-length
+strings (Atoll before) still read.
 A file is written to a temporary name and renamed into place, so it is complete whenever it
 exists. Importing this module does not import torch.
 """
@@ -25,8 +28,9 @@ import numpy as np
 
 from atoll.individual import Status
 from atoll.record import full
-from atoll.record._h5 import plain
+from atoll.record._h5 import plain, text
 from atoll.record.paths import RunPaths
+from atoll.record.schema import put_attr
 
 if TYPE_CHECKING:
     import torch
@@ -53,15 +57,15 @@ def save_state_dict(path: Path | str, state_dict: Mapping[str, torch.Tensor],
             raise ValueError(f"state_dict key {key!r} cannot name an HDF5 dataset")
         arrays[key] = (tensor_to_numpy(tensor), str(tensor.dtype).removeprefix("torch."))
     with full.built_in_memory(path, fsync=True, track_order=True) as f:
-        f.attrs["format"] = FORMAT
+        put_attr(f, "format", FORMAT)
         f.attrs["format_version"] = FORMAT_VERSION
         for name, value in (attrs or {}).items():
-            f.attrs[name] = value
+            put_attr(f, name, value)
         for key, (array, dtype) in arrays.items():
             parent, _, leaf = key.rpartition("/")
             group = f.require_group(parent) if parent else f
             ds = group.create_dataset(leaf, data=array)
-            ds.attrs["torch_dtype"] = dtype
+            put_attr(ds, "torch_dtype", dtype)
     return path
 
 
@@ -95,7 +99,7 @@ def _collect(group: h5py.Group, prefix: str, into: dict[str, torch.Tensor]) -> N
             _collect(node, f"{prefix}{name}/", into)
             continue
         into[prefix + name] = tensor_from_numpy(np.array(node[()]),
-                                                str(node.attrs.get("torch_dtype", "")))
+                                                text(node.attrs.get("torch_dtype", "")))
 
 
 def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -125,7 +129,7 @@ def tensor_from_numpy(array: np.ndarray, torch_dtype: str) -> torch.Tensor:
 
 
 def _check_format(f: h5py.File, path: Path | str) -> None:
-    if f.attrs.get("format") != FORMAT:
+    if text(f.attrs.get("format")) != FORMAT:
         raise ValueError(f"{path}: not an Atoll weights file (no format={FORMAT!r} attribute)")
     if int(f.attrs.get("format_version", 0)) > FORMAT_VERSION:
         raise ValueError(f"{path}: weights format {int(f.attrs['format_version'])} is newer "
