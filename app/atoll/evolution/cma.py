@@ -38,6 +38,7 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.random  # noqa: F401  # cmaes's first CMA would import it inside the search
 
 from atoll.evolution.lean_import import without_scipy
 
