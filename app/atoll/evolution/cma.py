@@ -128,10 +128,11 @@ class CMAES:
                 point, raw = self._cma.ask()
             else:
                 point = self._cma.ask()
-            params.update({p.name: p.from_unit(float(u))
-                           for p, u in zip(self.numeric, point[: len(self.numeric)],
+            params.update({p.name: p.from_unit(u)
+                           for p, u in zip(self.numeric, point.tolist()[: len(self.numeric)],
                                            strict=True)})
-        params = {p.name: params[p.name] for p in self.space.params}
+        if self.categorical:
+            params = {p.name: params[p.name] for p in self.space.params}
         self._asked = None if raw is None else (ident, raw)
         return Individual(id=ident, params=params, origin=Origin.CMAES,
                           parents=(NO_PARENT, NO_PARENT))
@@ -182,8 +183,7 @@ class CMAES:
     def _restart(self, individuals: Sequence[Individual], rng: random.Random) -> None:
         """IPOP: twice the population, around the best point known."""
         assert self._cma is not None
-        best = min((i for i in individuals if i.usable), key=lambda i: i.loss, default=None)
-        mean = self._point(best) if best is not None else np.full(len(self.numeric), 0.5)
+        mean = self._point(individuals[0]) if individuals else np.full(len(self.numeric), 0.5)
         self.restarts += 1
         self._cma = self._new_cma(rng, mean[: len(self.numeric)],
                                   2 * self._cma.population_size)
@@ -193,9 +193,9 @@ class CMAES:
                       rng: random.Random) -> dict[str, object]:
         if not self.categorical:
             return {}
-        best = min((i for i in individuals if i.usable), key=lambda i: i.loss, default=None)
-        if best is None:
+        if not individuals:
             return {p.name: p.sample(rng) for p in self.categorical}
+        best = individuals[0]  # ranked best first: no scan of the island's population
         rate = 1.0 / len(self.space.params)
         return {p.name: p.sample(rng) if rng.random() < rate else best.params[p.name]
                 for p in self.categorical}
