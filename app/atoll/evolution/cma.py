@@ -47,6 +47,7 @@ with without_scipy():
 
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
+from atoll.evolution.unit_view import UnitView
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Space
 
@@ -89,6 +90,7 @@ class CMAES:
         self.space = space
         self.numeric: tuple[Param, ...] = interval_params(space)
         self.categorical = tuple(p for p in space.params if p not in self.numeric)
+        self._unit = UnitView(self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0
         self._cma: CMA | CMAwM | None = None
@@ -128,9 +130,7 @@ class CMAES:
                 point, raw = self._cma.ask()
             else:
                 point = self._cma.ask()
-            params.update({p.name: p.from_unit(u)
-                           for p, u in zip(self.numeric, point.tolist()[: len(self.numeric)],
-                                           strict=True)})
+            params.update(self._unit.from_unit(point.tolist()[: len(self.numeric)]))
         if self.categorical:
             params = {p.name: params[p.name] for p in self.space.params}
         self._asked = None if raw is None else (ident, raw)
@@ -177,7 +177,7 @@ class CMAES:
                 size = self._cma.population_size
 
     def _point(self, ind: Individual) -> np.ndarray:
-        point = np.array([p.to_unit(ind.params[p.name]) for p in self.numeric])
+        point = self._unit.to_unit(ind.params)
         return np.append(point, 0.5) if len(point) == 1 else point
 
     def _restart(self, individuals: Sequence[Individual], rng: random.Random) -> None:
