@@ -82,6 +82,8 @@ def mpi_env(extra: dict[str, str] | None = None, tuned: bool = True) -> dict[str
     """The environment of every launch. Bytecode is cached (as on a user's machine), in
     benchmarks/.pycache so that nothing is written next to the sources; this sandbox sets
     PYTHONDONTWRITEBYTECODE, which would make every rank compile Atoll's modules at startup.
+    The ranks import this tree's Atoll (app/), not the venv's editable install: a worktree's
+    benchmark measures its own code.
     ``tuned=False`` leaves Open MPI at its defaults (for the startup row that shows the cost)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -90,7 +92,7 @@ def mpi_env(extra: dict[str, str] | None = None, tuned: bool = True) -> dict[str
     if tuned:
         env.update(MCA_TUNING)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join((str(HERE), str(ROOT / "app"))), PYTHONUNBUFFERED="1",
                PYTHONPYCACHEPREFIX=str(HERE / ".pycache"))
     env.update(extra or {})
     return env

@@ -14,6 +14,7 @@ from cmaes import CMAwM
 from atoll.engine.population import Population
 from atoll.evolution import cma
 from atoll.evolution.cma import CMAES
+from atoll.evolution.unit_view import UnitView
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.record import open_run
 from atoll.space import CategoricalParam, FloatParam, IntParam, OrdinalParam, Space
@@ -158,6 +159,26 @@ def test_margin_keeps_integers_moving_after_the_floats_converged(monkeypatch):
     monkeypatch.setattr(cma, "lattice_size", lambda param: 0)  # every parameter rounded
     rounding = median_best()
     assert margin < rounding / 2
+
+
+def test_the_unit_view_gives_each_parameters_own_conversions():
+    """CMA-ES's shortcut for linear floats gives exactly FloatParam's values, at and past the
+    bounds, for NaN and for integer bounds; other parameters go through their own methods."""
+    params = MIXED.params + (FloatParam("i", -3, 7), FloatParam("z", 2.5, 2.5),
+                             FloatParam("huge", -1e308, 1e308))
+    view = UnitView(params)
+    rng = random.Random(3)
+    units = [0.0, 1.0, -0.0, -0.5, 1.5, math.nan, math.inf, -math.inf, 1e-300, 1 - 1e-16]
+    for unit in units + [rng.random() for _ in range(200)]:
+        point = [unit] * len(params)
+        values = view.from_unit(point)
+        expected = {p.name: p.from_unit(unit) for p in params}
+        assert values == expected
+        assert all(type(values[p.name]) is type(expected[p.name]) for p in params)
+        assert np.array_equal(view.to_unit(values),
+                              [p.to_unit(expected[p.name]) for p in params])
+    outside = {p.name: p.from_unit(0.5) for p in params} | {"x": 7.0, "i": -4}
+    assert np.array_equal(view.to_unit(outside), [p.to_unit(outside[p.name]) for p in params])
 
 
 def test_linear_ints_and_ordinals_are_lattices_log_ints_and_floats_are_not():

@@ -38,6 +38,7 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.random  # noqa: F401  # cmaes's first CMA would import it inside the search
 
 from atoll.evolution.lean_import import without_scipy
 
@@ -46,6 +47,7 @@ with without_scipy():
 
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
+from atoll.evolution.unit_view import UnitView
 from atoll.individual import NO_PARENT, Individual, Origin
 from atoll.space import CategoricalParam, IntParam, Param, Space
 
@@ -88,6 +90,7 @@ class CMAES:
         self.space = space
         self.numeric: tuple[Param, ...] = interval_params(space)
         self.categorical = tuple(p for p in space.params if p not in self.numeric)
+        self._unit = UnitView(self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0
         self._cma: CMA | CMAwM | None = None
@@ -127,10 +130,9 @@ class CMAES:
                 point, raw = self._cma.ask()
             else:
                 point = self._cma.ask()
-            params.update({p.name: p.from_unit(float(u))
-                           for p, u in zip(self.numeric, point[: len(self.numeric)],
-                                           strict=True)})
-        params = {p.name: params[p.name] for p in self.space.params}
+            params.update(self._unit.from_unit(point.tolist()[: len(self.numeric)]))
+        if self.categorical:
+            params = {p.name: params[p.name] for p in self.space.params}
         self._asked = None if raw is None else (ident, raw)
         return Individual(id=ident, params=params, origin=Origin.CMAES,
                           parents=(NO_PARENT, NO_PARENT))
@@ -175,14 +177,13 @@ class CMAES:
                 size = self._cma.population_size
 
     def _point(self, ind: Individual) -> np.ndarray:
-        point = np.array([p.to_unit(ind.params[p.name]) for p in self.numeric])
+        point = self._unit.to_unit(ind.params)
         return np.append(point, 0.5) if len(point) == 1 else point
 
     def _restart(self, individuals: Sequence[Individual], rng: random.Random) -> None:
         """IPOP: twice the population, around the best point known."""
         assert self._cma is not None
-        best = min((i for i in individuals if i.usable), key=lambda i: i.loss, default=None)
-        mean = self._point(best) if best is not None else np.full(len(self.numeric), 0.5)
+        mean = self._point(individuals[0]) if individuals else np.full(len(self.numeric), 0.5)
         self.restarts += 1
         self._cma = self._new_cma(rng, mean[: len(self.numeric)],
                                   2 * self._cma.population_size)
@@ -192,9 +193,9 @@ class CMAES:
                       rng: random.Random) -> dict[str, object]:
         if not self.categorical:
             return {}
-        best = min((i for i in individuals if i.usable), key=lambda i: i.loss, default=None)
-        if best is None:
+        if not individuals:
             return {p.name: p.sample(rng) for p in self.categorical}
+        best = individuals[0]  # ranked best first: no scan of the island's population
         rate = 1.0 / len(self.space.params)
         return {p.name: p.sample(rng) if rng.random() < rate else best.params[p.name]
                 for p in self.categorical}
