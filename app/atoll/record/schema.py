@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -165,10 +165,7 @@ def worker_individual_dtype(space: Space) -> np.dtype:
     """The individuals table of a worker file: ``error`` is the length in bytes of the row's
     text in the file's error text stream (:mod:`atoll.record.texts`), a text parameter a
     fixed-length UTF-8 column as wide as its longest choice."""
-    check_param_names(space)
-    enums = {"origin": ORIGIN, "status": STATUS}
-    fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", np.int64)]
-    return np.dtype(fixed + [(p.name, _worker_column(p)) for p in space.params])
+    return _individuals(space, np.dtype(np.int64), _worker_column)
 
 
 def _worker_column(param: Param) -> np.dtype:
@@ -202,10 +199,17 @@ def param_doc(param: Param) -> str:
 
 
 def individual_dtype(space: Space) -> np.dtype:
+    return _individuals(space, STR, param_dtype)
+
+
+def _individuals(space: Space, error: np.dtype,
+                 column: Callable[[Param], np.dtype]) -> np.dtype:
+    """The individuals table's type: the Individual's fields, ``error``, then a column per
+    parameter."""
     check_param_names(space)
     enums = {"origin": ORIGIN, "status": STATUS}
-    fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", STR)]
-    return np.dtype(fixed + [(p.name, param_dtype(p)) for p in space.params])
+    fixed = [(name, enums.get(name, kind)) for name, kind in FIELDS] + [("error", error)]
+    return np.dtype(fixed + [(p.name, column(p)) for p in space.params])
 
 
 def read_individual_dtype(space: Space) -> np.dtype:
