@@ -46,8 +46,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 # The peers rows alone on all four layouts with 10 seeds (hours): benchmarks/RESULTS-full.md.
+# Each search's result is kept in benchmarks/.cache/peers/: a run stopped part-way goes on.
 bench-full: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md
+	$(BIN)/python benchmarks/run.py --only peers --peers full --cache benchmarks/.cache/peers \
+		--output benchmarks/RESULTS-full.md
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
 # training (about half an hour on 2 cores), and Ray Tune's ASHA as a peer on the learning-curve

@@ -31,6 +31,8 @@ Optuna's samplers cost tens of milliseconds per trial with a journal file (every
 the study), so the whole table (PRESETS["full"]: four layouts, 10 seeds) takes hours and is
 ``make bench-full``'s; ``make bench`` runs PRESETS["quick"]. BENCH_PEER_SEEDS and
 BENCH_PEER_LAYOUTS override either (e.g. "8x2000,4x400": ranks x evaluations, in that order).
+``make bench-full`` keeps each search's result (benchmarks/search_cache.py), so a run stopped
+part-way goes on where it stopped; its notes say which results earlier runs measured.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 from common import Row, ensure_optuna_venv, ensure_propulate_venv, fmt, launch
 from quality import ALPHA, JUDGED_SLEEP, better, p_worse
+from search_cache import SearchCache
 from throughput import task
 
 DIMENSIONS = 10
@@ -51,6 +54,8 @@ OPTUNA_BATCHED = 400
 """Optuna's searches of at most this many trials share one launch for all seeds."""
 LAYOUTS: tuple[tuple[int, ...], ...] = ()
 SEEDS: tuple[int, ...] = ()
+CACHE: SearchCache | None = None
+"""Where each search's result is kept (``make bench-full``), or None to keep nothing."""
 
 
 def configure(preset: str) -> None:
@@ -87,22 +92,37 @@ OPTUNA = tuple(name for name in PEERS if name.startswith("Optuna"))
 
 
 def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[float]:
-    """The best loss of each seed's search by one contender."""
+    """The best loss of each seed's search by one contender (from CACHE where it has them)."""
     side, islands, extra = CONTENDERS[name]
     tasks = [{**task(JUDGED_SLEEP, evaluations // ranks, seed, ranks=ranks, islands=islands,
                      function=function), "dims": DIMENSIONS, **extra} for seed in SEEDS]
-    # Optuna at 2000 trials: one mpirun per seed (its TPE needs a minute or more for one such
-    # search here, and a launch has LAUNCH_TIMEOUT); every other search runs all seeds in one
-    # launch, as the quality rows do.
-    if side == "optuna" and evaluations > OPTUNA_BATCHED:
-        results = [launch(side, ranks, [t]).results[0] for t in tasks]
-    else:
-        results = launch(side, ranks, tasks).results
+    kept = [CACHE.get(side, t) if CACHE else None for t in tasks]
+    missing = [t for t, r in zip(tasks, kept, strict=True) if r is None]
+    fresh = iter(_search(side, ranks, evaluations, missing))
+    results = [r if r is not None else next(fresh) for r in kept]
     for t, r in zip(tasks, results, strict=True):
         if r["evaluations"] != evaluations:
             raise RuntimeError(f"{name} {function} seed {t['seed']}: {r['evaluations']} "
                                f"evaluations, expected {evaluations}")
     return [r["best"] for r in results]
+
+
+def _search(side: str, ranks: int, evaluations: int,
+            tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``tasks``, keeping each result in CACHE as soon as its launch ends."""
+    # Optuna at 2000 trials: one mpirun per seed (its TPE needs a minute or more for one such
+    # search here, and a launch has LAUNCH_TIMEOUT); every other search runs all seeds in one
+    # launch, as the quality rows do.
+    one_each = side == "optuna" and evaluations > OPTUNA_BATCHED
+    batches = [[t] for t in tasks] if one_each else [tasks] if tasks else []
+    results = []
+    for batch in batches:
+        got = launch(side, ranks, batch).results
+        for t, r in zip(batch, got, strict=True):
+            if CACHE:
+                CACHE.put(side, t, r)
+        results += got
+    return results
 
 
 def verdict(losses: dict[str, list[float]]) -> tuple[str, bool]:
@@ -122,34 +142,51 @@ def verdict(losses: dict[str, list[float]]) -> tuple[str, bool]:
 def run(log: Any = print) -> tuple[list[Row], list[str]]:
     ensure_propulate_venv()
     ensure_optuna_venv()
+    # The peers first: their results do not change with Atoll's code, so a cached run that was
+    # stopped part-way has the slow part behind it.
+    losses: dict[tuple[str, str, int, int], list[float]] = {}
+    for name in (*PEERS, *ATOLL):
+        for ranks, evaluations in LAYOUTS:
+            for function in FUNCTIONS:
+                losses[name, function, ranks, evaluations] = best_losses(
+                    name, function, ranks, evaluations)
+            log(f"  {name}, {ranks} ranks, {evaluations} evaluations: done")
     rows, notes = [], []
     for ranks, evaluations in LAYOUTS:
         for function in FUNCTIONS:
-            losses = {name: best_losses(name, function, ranks, evaluations)
-                      for name in CONTENDERS}
-            medians = {name: statistics.median(v) for name, v in losses.items()}
-            target, met = verdict(losses)
-            best = min(medians.values())
-            atoll = " / ".join(fmt(medians[n]) for n in ATOLL)
-            other = " / ".join(fmt(medians[n]) for n in PEERS)
-            rows.append(Row(
-                f"peers, {function} {DIMENSIONS}-d, {ranks} ranks, {evaluations} evaluations "
-                f"of {JUDGED_SLEEP * 1e3:g} ms: median best loss over {len(SEEDS)} seeds "
-                "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed / hybrid, the "
-                "default; other: Propulate / Optuna TPE / Optuna CMA-ES); ratio: the default / "
-                "the best contender", atoll, other,
-                f"{medians[DEFAULT] / best:.2g}" if best > 0 else "-", target, met))
-            log(f"  {function}, {ranks} ranks, {evaluations}: " + ", ".join(
-                f"{n} {fmt(m)}" for n, m in medians.items()) + f"; {target}: "
-                f"{'met' if met else 'MISSED'}")
-            notes.append(f"peers, {function} {ranks} ranks {evaluations} evaluations, best "
-                         "losses by seed " + "; ".join(
-                             f"{n}: {', '.join(f'{v:.3g}' for v in vs)}"
-                             for n, vs in losses.items())
-                         + f"; P({DEFAULT} beats Propulate) = "
-                         f"{better(losses[DEFAULT], losses['Propulate']):.2f}, P(it beats the "
-                         f"GA) = {better(losses[DEFAULT], losses[GA]):.2f}")
+            row, note = _row({name: losses[name, function, ranks, evaluations]
+                              for name in CONTENDERS}, function, ranks, evaluations, log)
+            rows.append(row)
+            notes.append(note)
+    if CACHE:
+        notes.append(f"peers: {CACHE.summary()}")
     return rows, notes
+
+
+def _row(losses: dict[str, list[float]], function: str, ranks: int, evaluations: int,
+         log: Any) -> tuple[Row, str]:
+    """One layout's and function's row of the table, and its note of every seed's loss."""
+    medians = {name: statistics.median(v) for name, v in losses.items()}
+    target, met = verdict(losses)
+    best = min(medians.values())
+    atoll = " / ".join(fmt(medians[n]) for n in ATOLL)
+    other = " / ".join(fmt(medians[n]) for n in PEERS)
+    row = Row(
+        f"peers, {function} {DIMENSIONS}-d, {ranks} ranks, {evaluations} evaluations "
+        f"of {JUDGED_SLEEP * 1e3:g} ms: median best loss over {len(SEEDS)} seeds "
+        "(Atoll: GA with fixed step / GA with success rule / CMA-ES / mixed / hybrid, the "
+        "default; other: Propulate / Optuna TPE / Optuna CMA-ES); ratio: the default / "
+        "the best contender", atoll, other,
+        f"{medians[DEFAULT] / best:.2g}" if best > 0 else "-", target, met)
+    log(f"  {function}, {ranks} ranks, {evaluations}: " + ", ".join(
+        f"{n} {fmt(m)}" for n, m in medians.items()) + f"; {target}: "
+        f"{'met' if met else 'MISSED'}")
+    note = (f"peers, {function} {ranks} ranks {evaluations} evaluations, best losses by seed "
+            + "; ".join(f"{n}: {', '.join(f'{v:.3g}' for v in vs)}" for n, vs in losses.items())
+            + f"; P({DEFAULT} beats Propulate) = "
+            f"{better(losses[DEFAULT], losses['Propulate']):.2f}, P(it beats the GA) = "
+            f"{better(losses[DEFAULT], losses[GA]):.2f}")
+    return row, note
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ import strategy_costs
 import throughput
 import training_reuse
 from common import Row
+from search_cache import SearchCache
 
 MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "ddp_setup": ddp_setup, "ddp_throughput": ddp_throughput,
@@ -275,8 +276,13 @@ def main() -> None:
     parser.add_argument("--peers", choices=sorted(peers.PRESETS), default="quick",
                         help="the peers rows' layouts and seeds (make bench: quick; make "
                              "bench-full: full)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="keep each peers search's result in this directory and reuse "
+                             "those whose code and task are unchanged (make bench-full: a run "
+                             "stopped part-way goes on where it stopped)")
     args = parser.parse_args()
     peers.configure(args.peers)
+    peers.CACHE = SearchCache(args.cache) if args.cache else None
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in MEASUREMENTS]
     if unknown:

@@ -1,0 +1,52 @@
+"""benchmarks/search_cache.py: make bench-full's kept results, reused only for the same code."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+from conftest import ROOT
+
+sys.path.append(str(ROOT / "benchmarks"))  # after tests/: its objectives.py is not the tests'
+
+from search_cache import SearchCache, code_fingerprint  # noqa: E402
+
+TASK = {"seed": 3, "function": "schwefel", "evaluations": 50, "run_dir": "/tmp/a"}
+
+
+def test_a_kept_result_comes_back_for_the_same_task_in_any_directory(tmp_path):
+    cache = SearchCache(tmp_path / "cache")
+    assert cache.get("atoll", TASK) is None
+    cache.put("atoll", TASK, {"best": 1.5, "evaluations": 50})
+    again = SearchCache(tmp_path / "cache")  # a later run
+    assert again.get("atoll", {**TASK, "run_dir": "/tmp/b"}) == {"best": 1.5, "evaluations": 50}
+    assert again.get("atoll", {**TASK, "seed": 4}) is None
+    assert again.get("optuna", TASK) is None
+    assert "1 taken from earlier runs" in again.summary()
+    assert again.summary().startswith("0 searches measured in this run")
+
+
+def test_a_write_cut_short_leaves_nothing_that_reads_as_a_result(tmp_path):
+    cache = SearchCache(tmp_path)
+    cache.put("atoll", TASK, {"best": 1.0, "evaluations": 50})
+    (path,) = tmp_path.glob("*.json")
+    path.with_suffix(".part").write_text('{"measured": "x", "res')  # killed while writing
+    path.unlink()
+    assert SearchCache(tmp_path).get("atoll", TASK) is None
+
+
+def test_changed_code_or_side_script_means_a_new_search(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "app" / "atoll", tree / "app" / "atoll",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks",
+                    ignore=shutil.ignore_patterns(".venv*", ".cache", "__pycache__"))
+    before = {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
+    assert before == {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
+    with open(tree / "app" / "atoll" / "individual.py", "a") as f:
+        f.write("\n# changed\n")
+    assert code_fingerprint("atoll", tree) != before["atoll"]
+    assert code_fingerprint("optuna", tree) == before["optuna"]  # Atoll's code is not Optuna's
+    with open(tree / "benchmarks" / "optuna_side.py", "a") as f:
+        f.write("\n# changed\n")
+    assert code_fingerprint("optuna", tree) != before["optuna"]
