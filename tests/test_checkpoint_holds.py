@@ -1,9 +1,10 @@
 """Holds on kept checkpoints: a checkpoint that children on any island may inherit stays while
 some island's worker wants it, and goes when none does (units on a real directory, and a real
-2-island mpirun search with pollination whose children inherit)."""
+2-island mpirun search whose islands exchange individuals and whose children inherit)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,29 @@ def test_a_copy_sent_to_another_island_keeps_the_checkpoint_until_neither_wants_
     assert not store.paths.holds_dir(5).exists()
 
 
+def test_a_copy_sent_back_keeps_its_hold_when_the_first_copy_is_given_up(tmp_path):
+    """Migration: 5 moves to worker 1, which sends it straight back before worker 0 gave up
+    its hold on the copy that left. Worker 0 giving that up must not take away the hold
+    worker 1 sent with the copy on its way back."""
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    home, at_home = island(store, worker=0)
+    away, abroad = island(store, worker=1)
+    saved(store, 5)
+    finish(at_home, home, result(5, 0.5))
+    there = replace(result(5, 0.5, owner=1), version=1)
+    at_home.leaving(there)
+    arrive(abroad, away, there)
+    back = replace(result(5, 0.5, owner=0), version=2)
+    abroad.leaving(back)
+    for population, retention, version in ((home, at_home, 0), (away, abroad, 1)):
+        population.deactivate(5, version)  # moved on: neither island has its copy any more
+        retention.prune()
+    assert 5 in store.paths.checkpoint_files()  # the copy on its way back still wants it
+    arrive(at_home, home, back)
+    assert 5 in store.paths.checkpoint_files()
+    assert [p.name for p in store.paths.holds_dir(5).iterdir()] == ["job000-worker00000-v2"]
+
+
 def test_a_copy_the_sender_no_longer_holds_brings_no_hold(tmp_path):
     store = CheckpointStore(RunPaths(tmp_path), "run-a")
     home, at_home = island(store, worker=0)
@@ -102,10 +126,10 @@ def test_a_resume_releases_the_holds_of_earlier_jobs_that_nobody_took_over(tmp_p
     restored = Population()
     restored.learn(result(2, 0.1, owner=0))
     again = Retention(store, 2, restored.ranked, job=1, worker=0)
-    again.adopt(restored, worker=0)
+    again.adopt(restored)
     assert release_earlier_holds(store, job=1) == [1]
     assert sorted(store.paths.checkpoint_files()) == [2]
-    assert [p.name for p in store.paths.holds_dir(2).iterdir()] == ["job001-worker00000"]
+    assert [p.name for p in store.paths.holds_dir(2).iterdir()] == ["job001-worker00000-v0"]
 
 
 # -- a real search: two islands, pollination, inheriting children ----------------------------
@@ -124,7 +148,7 @@ islands = 2
 strategy = "ga"
 population_size = 2
 [migration]
-mode = "pollination"
+mode = "{mode}"
 probability = 0.5
 [inherit]
 enabled = true
@@ -134,16 +158,20 @@ KEEP = 1  # the GA's parents are 2 of its island's best 2: the better one is the
 LOST = "which it was to inherit, is not kept"
 
 
-@pytest.fixture(scope="module", params=[1, 3])
-def pollinated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-               ) -> Path:
-    base = tmp_path_factory.mktemp(f"pollinated{request.param}")
+@pytest.fixture(scope="module", params=[(1, "pollination"), (3, "pollination"),
+                                        (2, "migration")], ids=lambda p: f"{p[1]}{p[0]}")
+def exchanged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+              ) -> tuple[Path, str]:
+    """A finished search whose islands exchange individuals (a copy: pollination; the
+    individual itself: migration), and its migration mode."""
+    seed, mode = request.param
+    base = tmp_path_factory.mktemp(f"{mode}{seed}")
     config = base / "atoll.toml"
-    config.write_text(CONFIG.format(seed=request.param, keep=KEEP))
+    config.write_text(CONFIG.format(seed=seed, keep=KEEP, mode=mode))
     run_dir = base / "run"
     done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir))
     assert done.returncode == 0, done.stderr[-4000:]
-    return run_dir
+    return run_dir, mode
 
 
 def rows_and_epochs(run_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
@@ -157,28 +185,40 @@ def rows_and_epochs(run_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[int,
     return rows, {k: sorted(v) for k, v in epochs.items()}
 
 
-def test_children_inherit_migrants_whose_home_island_dropped_them(pollinated):
+def test_children_inherit_migrants_whose_home_island_dropped_them(exchanged):
     """Every GA child inherits its better parent's checkpoint (lineage_demo never declines, and
     the better parent is its island's best), also when that parent is a copy from the other
     island that its home island dropped; the lineage columns say what was loaded:
-    the child's epochs go on from the parent's last."""
-    rows, epochs = rows_and_epochs(pollinated)
-    logs = "".join(p.read_text() for p in (pollinated / "logs").glob("*.log"))
-    assert LOST not in logs
-    _, migrations = read_history(pollinated, 1)
+    the child's epochs go on from the parent's last.
+
+    With migration, better individuals leave their island, and one that rises into its best
+    ``keep`` may have lost its checkpoint while it was outside: its children then train from
+    scratch, each said in a warning line naming the child and the parent."""
+    run_dir, mode = exchanged
+    rows, epochs = rows_and_epochs(run_dir)
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.log"))
+    if mode == "pollination":
+        assert LOST not in logs
+    _, migrations = read_history(run_dir, 1)
     copied = set(migrations["individual"].tolist())
-    abroad = 0
+    abroad = inherited = 0
     for ident, row in rows.items():
         parents = [p for p in (row["parent_a"], row["parent_b"]) if p != NO_PARENT]
         if row["origin"] != int(Origin.GA) or not parents:
             assert row["inherit_from"] == NO_PARENT and epochs[ident][0] == 0, row
             continue
         better = min(parents, key=lambda p: (rows[p]["loss"], p))
+        if row["inherit_from"] == NO_PARENT and mode == "migration":
+            assert f"individual {ident}: the checkpoint of individual {better}, {LOST}" in logs
+            assert epochs[ident][0] == 0, row
+            continue
         assert row["inherit_from"] == better, row
         assert row["inherit_epoch"] == epochs[better][-1] != NO_EPOCH, row
         assert epochs[ident][0] == row["inherit_epoch"] + 1, row
         abroad += better in copied and rows[better]["island"] != row["island"]
+        inherited += 1
     assert abroad >= 1  # some children inherited from a copy of the other island's
+    assert inherited >= len(rows) // 4
 
 
 def wanted_at_the_end(run_dir: Path, jobs: int) -> set[int]:
@@ -197,19 +237,27 @@ def held(run_dir: Path) -> dict[int, list[str]]:
             for ident, folder in RunPaths(run_dir).holds_dirs().items()}
 
 
-def test_only_checkpoints_an_island_still_wants_are_left(pollinated):
-    """Disk stays bounded: at the end each island's best ``keep`` have their checkpoints, and
-    nothing else has one (nor a hold)."""
-    wanted = wanted_at_the_end(pollinated, 1)
-    assert set(RunPaths(pollinated).checkpoint_files()) == wanted == set(held(pollinated))
+def test_only_checkpoints_an_island_still_wants_are_left(exchanged):
+    """Disk stays bounded: at the end each island's best ``keep`` have their checkpoints (with
+    migration: those that still had one when they rose), and nothing else has one (nor a
+    hold)."""
+    run_dir, mode = exchanged
+    wanted = wanted_at_the_end(run_dir, 1)
+    left = set(RunPaths(run_dir).checkpoint_files())
+    assert left == set(held(run_dir))
+    assert left == wanted if mode == "pollination" else left <= wanted
     assert len(wanted) <= 2 * KEEP
 
 
-def test_a_resume_takes_the_holds_over_and_drops_the_first_jobs(pollinated):
-    done = mpirun_atoll(2, "resume", "-q", str(pollinated), "--set", "search.evaluations=60")
+def test_a_resume_takes_the_holds_over_and_drops_the_first_jobs(exchanged):
+    run_dir, mode = exchanged
+    done = mpirun_atoll(2, "resume", "-q", str(run_dir), "--set", "search.evaluations=60")
     assert done.returncode == 0, done.stderr[-4000:]
-    assert not any(LOST in p.read_text() for p in (pollinated / "logs").glob("job001-*.log"))
-    wanted = wanted_at_the_end(pollinated, 2)
-    assert set(RunPaths(pollinated).checkpoint_files()) == wanted == set(held(pollinated))
-    assert all(name.startswith("job001-") for names in held(pollinated).values()
+    if mode == "pollination":
+        assert not any(LOST in p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+    wanted = wanted_at_the_end(run_dir, 2)
+    left = set(RunPaths(run_dir).checkpoint_files())
+    assert left == set(held(run_dir))
+    assert left == wanted if mode == "pollination" else left <= wanted
+    assert all(name.startswith("job001-") for names in held(run_dir).values()
                for name in names)

@@ -282,7 +282,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
                           population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
                           pbt=config.evolution.strategy_of(island) == "pbt")
-    retention.adopt(population, topo.worker)
+    retention.adopt(population)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
         strategy=_strategy(config, paths, topo, pruning, waiting, paused),

@@ -230,25 +230,25 @@ class Retention:
         """The island's active usable individuals, best first (the population's, kept live)."""
         self.job, self.worker, self.emigrants = job, worker, emigrants
         self.pbt = pbt
-        self.kept: set[int] = set()  # the checkpoints this leader holds
+        self.kept: dict[int, set[int]] = {}  # the checkpoints this leader holds: their copies
         self.members: set[int] = set()  # on a PBT island: results no later one replaced
 
-    def adopt(self, restored: Iterable[Individual], worker: int) -> None:
+    def adopt(self, restored: Iterable[Individual]) -> None:
         """On a resume: learn the island's restored individuals, hold the checkpoints of those
-        ``worker`` owns, and give up what is not wanted. The earlier jobs' holds stay until
+        this leader owns, and give up what is not wanted. The earlier jobs' holds stay until
         every leader took its own (:func:`release_earlier_holds`)."""
         if not self.keep:
             return
         for ind in sorted(restored, key=lambda i: i.id):
             self._member(ind)
-            if ind.owner == worker and self.store.paths.checkpoint_file(ind.id).exists():
-                self._hold(ind.id, worker)
+            if ind.owner == self.worker and self.store.paths.checkpoint_file(ind.id).exists():
+                self._hold(ind)
         self.prune()
 
     def finished(self, ind: Individual) -> None:
         """This leader's evaluation of ``ind`` completed (ok, failed or pruned)."""
         if self.keep and ind.usable and self.store.paths.checkpoint_file(ind.id).exists():
-            self._hold(ind.id, self.worker)
+            self._hold(ind)
         else:  # nothing to keep (a command objective's files without a checkpoint go too)
             self.store.discard(ind.id)
 
@@ -262,19 +262,19 @@ class Retention:
         """A copy of an individual this leader owns is about to leave for another island: its
         new owner there gets a hold, if this leader holds the checkpoint."""
         if migrant.id in self.kept:
-            holds.hold(self.store.paths, migrant.id, self.job, migrant.owner)
+            holds.hold(self.store.paths, migrant.id, self.job, migrant.owner, migrant.version)
 
     def arrived(self, migrant: Individual) -> None:
         """A copy from another island arrived: if it came with a hold for this leader, this
         leader now decides when to give it up."""
-        if self.keep and migrant.owner == self.worker and migrant.id not in self.kept and \
-                holds.holds(self.store.paths, migrant.id, self.job, self.worker):
-            self.kept.add(migrant.id)
+        if self.keep and migrant.owner == self.worker and \
+                holds.holds(self.store.paths, migrant.id, self.job, self.worker, migrant.version):
+            self.kept.setdefault(migrant.id, set()).add(migrant.version)
             self.prune()
 
-    def _hold(self, ident: int, worker: int) -> None:
-        holds.hold(self.store.paths, ident, self.job, worker)
-        self.kept.add(ident)
+    def _hold(self, ind: Individual) -> None:
+        holds.hold(self.store.paths, ind.id, self.job, self.worker, ind.version)
+        self.kept.setdefault(ind.id, set()).add(ind.version)
 
     def _member(self, ind: Individual) -> None:
         if self.pbt:
@@ -285,9 +285,9 @@ class Retention:
         """Give up the held checkpoints this leader no longer wants; delete those nobody
         holds any more."""
         wanted = {ind.id for ind in self.ranked[:self.keep]} | self.members | self._own_best()
-        for ident in sorted(self.kept - wanted):
-            self.kept.discard(ident)
-            if holds.release(self.store.paths, ident, self.job, self.worker):
+        for ident in sorted(self.kept.keys() - wanted):
+            versions = self.kept.pop(ident)
+            if holds.release(self.store.paths, ident, self.job, self.worker, versions):
                 log.info("checkpoint of individual %d deleted: no island's worker wants it any "
                          "more (among its island's best %d, inherit.keep, among its own best "
                          "%d, migration.migrants, or a PBT member)", ident, self.keep,

@@ -2,8 +2,10 @@
 
 An individual may be a parent on several islands at once (pollination copies it, migration
 moves it), and each island decides alone when it no longer wants it. So the checkpoint carries
-one hold per leader that wants it, an empty file ``RUN_DIR/checkpoints/indID.holds/jobJJJ-
-workerWWWWW`` (:meth:`~atoll.record.paths.RunPaths.hold_file`), and goes with the last hold:
+one hold per leader and copy that wants it, an empty file ``RUN_DIR/checkpoints/indID.holds/
+jobJJJ-workerWWWWW-vV`` (:meth:`~atoll.record.paths.RunPaths.hold_file`; V: the version of the
+copy, so that a leader giving up its hold on one copy never takes away the hold another leader
+gave it with a later copy still on its way), and goes with the last hold:
 
 - a leader takes a hold for itself when its evaluation completes, or on a resume for what its
   island restored; it takes one for another leader only while it holds one itself (for the new
@@ -18,29 +20,32 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 from atoll.record.paths import RunPaths
 
-_HOLDER = re.compile(r"job(\d+)-worker(\d+)")
+_HOLDER = re.compile(r"job(\d+)-worker(\d+)(-v\d+)?")
 
 
-def hold(paths: RunPaths, individual_id: int, job: int, worker: int) -> None:
-    """Take a hold on the checkpoint for ``worker`` of ``job``."""
-    path = paths.hold_file(individual_id, job, worker)
+def hold(paths: RunPaths, individual_id: int, job: int, worker: int, version: int) -> None:
+    """Take a hold on the checkpoint for ``worker`` of ``job``, for the copy ``version``."""
+    path = paths.hold_file(individual_id, job, worker, version)
     path.parent.mkdir(exist_ok=True)
     path.touch()
 
 
-def holds(paths: RunPaths, individual_id: int, job: int, worker: int) -> bool:
-    """Whether ``worker`` of ``job`` holds the checkpoint (another leader may have given it a
-    hold with a copy it sent)."""
-    return paths.hold_file(individual_id, job, worker).exists()
+def holds(paths: RunPaths, individual_id: int, job: int, worker: int, version: int) -> bool:
+    """Whether ``worker`` of ``job`` holds the checkpoint for the copy ``version`` (another
+    leader may have given it a hold with a copy it sent)."""
+    return paths.hold_file(individual_id, job, worker, version).exists()
 
 
-def release(paths: RunPaths, individual_id: int, job: int, worker: int) -> bool:
-    """Give up the hold of ``worker`` of ``job``; True if it was the last one: the caller then
-    deletes the checkpoint, which nobody can want any more."""
-    paths.hold_file(individual_id, job, worker).unlink(missing_ok=True)
+def release(paths: RunPaths, individual_id: int, job: int, worker: int,
+            versions: Iterable[int]) -> bool:
+    """Give up the holds of ``worker`` of ``job`` on the copies ``versions``; True if they
+    were the last: the caller then deletes the checkpoint, which nobody can want any more."""
+    for version in versions:
+        paths.hold_file(individual_id, job, worker, version).unlink(missing_ok=True)
     return _last(paths, individual_id)
 
 

@@ -26,7 +26,7 @@ class RunPaths:
         RUN_DIR/checkpoints/ind000000000042/      a command objective's own checkpoint files
         RUN_DIR/checkpoints/ind000000000042.promoting  held while a worker promotes it (asha)
         RUN_DIR/checkpoints/ind000000000042.inherited/ links to the parent's files it inherits
-        RUN_DIR/checkpoints/ind000000000042.holds/job001-worker00003  a leader still wants it
+        RUN_DIR/checkpoints/ind000000000042.holds/job001-worker00003-v2  a leader still wants it
         RUN_DIR/logs/job000-rank00000.log         each rank's log of each job
         RUN_DIR/logs/ind000000000042-rank0.log    a command objective's output, per worker rank
         RUN_DIR/work/ind000000000042/             a command objective's work directory
@@ -112,8 +112,8 @@ class RunPaths:
         for children to inherit (:mod:`atoll.record.holds`)."""
         return self.checkpoints_dir / f"ind{individual_id:012d}.holds"
 
-    def hold_file(self, individual_id: int, job: int, worker: int) -> Path:
-        return self.holds_dir(individual_id) / f"job{job:03d}-worker{worker:05d}"
+    def hold_file(self, individual_id: int, job: int, worker: int, version: int) -> Path:
+        return self.holds_dir(individual_id) / f"job{job:03d}-worker{worker:05d}-v{version}"
 
     def holds_dirs(self) -> dict[int, Path]:
         """The held checkpoints' holds by individual id."""
