@@ -261,3 +261,36 @@ def test_the_space_check_counts_a_checkpoint_per_worker():
     (kept,) = space_rows(config, layout, ROOT, free, checkpoint=3 * 2**30)
     assert plain.status == OK and "checkpoint" not in plain.detail
     assert kept.status == FAIL and "4 checkpoint(s) of 3.0 GiB" in kept.detail
+
+
+LONG_CHOICES = """[objective]
+name = "objectives:lr_only"
+[space.lr]
+type = "float"
+low = 0.001
+high = 1.0
+[space.label]
+type = "categorical"
+choices = ["{a}", "{b}"]
+[search]
+evaluations = 3000
+"""
+
+
+def test_the_space_check_covers_what_a_search_with_long_choices_writes(tmp_path):
+    """Worker files keep a text parameter as wide as its longest choice: the estimate counts
+    that, and covers the record a real search leaves (results.h5 counted twice: it is
+    rewritten beside itself), without being far above it."""
+    from atoll.config import load_config
+    from atoll.engine.topology import plan_layout
+
+    path = tmp_path / "atoll.toml"
+    path.write_text(LONG_CHOICES.format(a="a" * 300, b="b" * 300))
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "-q", "--config", str(path), "--run-dir", str(run_dir)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = sum(p.stat().st_size for p in run_dir.rglob("*.h5"))
+    peak = written + (run_dir / "results.h5").stat().st_size
+    (row,) = space_rows(load_config(path), plan_layout(1, 1, 1), tmp_path, 2**40)
+    estimate = float(row.detail.split("needs about ")[1].split(" MiB")[0]) * 2**20
+    assert peak <= estimate <= 3 * peak, (peak, estimate)

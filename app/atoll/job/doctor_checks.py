@@ -225,12 +225,11 @@ def space_rows(config: Config, layout: Layout, where: Path, free: int, checkpoin
     """Free space against an estimate of the run's record (not of model weights or epochs),
     and room for each worker to write a checkpoint as large as ``checkpoint`` (the largest the
     run keeps) beside the one it replaces."""
-    from atoll.record.room import record_bytes
-    from atoll.record.schema import individual_dtype
+    from atoll.record.room import record_bytes, worker_row_bytes
 
     budget = run_budget(config, layout.workers)
-    row = individual_dtype(config.space).itemsize
-    need = record_bytes(row, budget, layout.workers) + layout.workers * checkpoint
+    row = worker_row_bytes(config.space)
+    need = record_bytes(config.space, budget, layout.workers) + layout.workers * checkpoint
     kept = f", {layout.workers} checkpoint(s) of {_size(checkpoint)}" if checkpoint else ""
     detail = (f"{_size(free)} free in {where}; the record needs about {_size(need)} (an "
               f"estimate: {budget} individuals of {row} B in worker files and results.h5, "

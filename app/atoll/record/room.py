@@ -10,6 +10,8 @@ from atoll.errors import RecordError
 from atoll.record._h5 import write_error
 from atoll.record.checkpoints import MB, checkpoint_bytes
 from atoll.record.paths import RunPaths
+from atoll.record.schema import read_individual_dtype, worker_individual_dtype
+from atoll.space import Space
 
 WORKER_FILE_START = 256 * 1024
 """Bytes of a worker file with its tables and their first chunks, before rows beyond them."""
@@ -20,14 +22,20 @@ RUN_FILE = 16 * 1024
 RESULTS_START = 32 * 1024
 
 
-def record_bytes(row: int, individuals: int, workers: int) -> int:
-    """About what the record of ``individuals`` rows of ``row`` bytes takes on ``workers``:
-    worker files, run.h5, and results.h5 twice (it is rewritten beside itself). Epoch rows and
-    model weights are not counted."""
+def record_bytes(space: Space, individuals: int, workers: int) -> int:
+    """About what the record of ``individuals`` takes on ``workers``: worker files, run.h5,
+    and results.h5 twice (it is rewritten beside itself). Epoch rows, error texts and model
+    weights are not counted."""
+    row = worker_row_bytes(space)
     worker_files = workers * (WORKER_FILE_START + FIRST_CHUNK_ROWS * row)
     worker_files += int(individuals * row * ROW_OVERHEAD)
-    results = RESULTS_START + individuals * row
+    results = RESULTS_START + individuals * read_individual_dtype(space).itemsize
     return int(RUN_FILE + worker_files + 2 * results)
+
+
+def worker_row_bytes(space: Space) -> int:
+    """A worker file's individual row: text parameters are as wide as their longest choice."""
+    return worker_individual_dtype(space).itemsize
 
 
 def check_room(paths: RunPaths, workers: int, per_worker: int = WORKER_FILE_START) -> None:
