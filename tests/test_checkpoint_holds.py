@@ -4,6 +4,8 @@ some island's worker wants it, and goes when none does (units on a real director
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,10 +32,13 @@ def saved(store: CheckpointStore, *ids: int) -> None:
 
 
 def island(store: CheckpointStore, worker: int, keep: int = 1, job: int = 0,
-           emigrants: int = 0) -> tuple[Population, Retention]:
+           emigrants: int = 0, grace: float = 0.0, clock: Callable[[], float] = time.monotonic
+           ) -> tuple[Population, Retention]:
+    """An island's population and its leader's retention (by default without grace: what it
+    no longer wants goes at once)."""
     population = Population()
     return population, Retention(store, keep, population.ranked, job=job, worker=worker,
-                                 emigrants=emigrants)
+                                 emigrants=emigrants, grace=grace, clock=clock)
 
 
 def finish(retention: Retention, population: Population, ind: Individual) -> None:
@@ -90,6 +95,31 @@ def test_a_copy_sent_back_keeps_its_hold_when_the_first_copy_is_given_up(tmp_pat
     assert [p.name for p in store.paths.holds_dir(5).iterdir()] == ["job000-worker00000-v2"]
 
 
+def test_a_dropped_checkpoint_stays_a_while_for_peers_that_chose_it_just_before(tmp_path):
+    """Another worker of the island may choose 1 as a parent before it hears of 2: the owner
+    gives 1 up only ``grace`` seconds after it dropped out, keeps it if it is wanted again
+    meanwhile, and gives up all it was dropping when the job's breeding ends."""
+    now = [100.0]
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    population, mine = island(store, worker=0, grace=5.0, clock=lambda: now[0])
+    saved(store, 1, 2, 3)
+    finish(mine, population, result(1, 0.5))
+    finish(mine, population, result(2, 0.1))  # 1 drops out of the best 1
+    now[0] += 4.9
+    finish(mine, population, result(3, 0.7))
+    assert sorted(store.paths.checkpoint_files()) == [1, 2, 3]  # a peer may still load 1 or 3
+    population.deactivate(2, 0)  # 2 left (migration): 1 is wanted again before its time is up
+    mine.prune()
+    now[0] += 60
+    mine.prune()
+    assert sorted(store.paths.checkpoint_files()) == [1]
+    saved(store, 4)
+    finish(mine, population, result(4, 0.05))
+    assert sorted(store.paths.checkpoint_files()) == [1, 4]
+    mine.close()
+    assert sorted(store.paths.checkpoint_files()) == [4]
+
+
 def test_a_copy_the_sender_no_longer_holds_brings_no_hold(tmp_path):
     store = CheckpointStore(RunPaths(tmp_path), "run-a")
     home, at_home = island(store, worker=0)
@@ -106,7 +136,7 @@ def test_a_worker_keeps_the_individuals_it_may_emigrate(tmp_path):
     ones: their checkpoints must still be there when they are sent."""
     store = CheckpointStore(RunPaths(tmp_path), "run-a")
     population, mine = island(store, worker=0, keep=1, emigrants=1)
-    other = Retention(store, 1, population.ranked, job=0, worker=1)
+    other = Retention(store, 1, population.ranked, job=0, worker=1, grace=0.0)
     saved(store, 1, 2, 3)
     finish(mine, population, result(1, 0.5))
     ind = result(2, 0.1, owner=1)
@@ -125,7 +155,7 @@ def test_a_resume_releases_the_holds_of_earlier_jobs_that_nobody_took_over(tmp_p
         finish(first, population, ind)
     restored = Population()
     restored.learn(result(2, 0.1, owner=0))
-    again = Retention(store, 2, restored.ranked, job=1, worker=0)
+    again = Retention(store, 2, restored.ranked, job=1, worker=0, grace=0.0)
     again.adopt(restored)
     assert release_earlier_holds(store, job=1) == [1]
     assert sorted(store.paths.checkpoint_files()) == [2]

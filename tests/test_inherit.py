@@ -131,7 +131,7 @@ def saved(store: CheckpointStore, *ids: int) -> None:
 def test_retention_keeps_the_island_best_and_deletes_the_rest_as_they_drop_out(tmp_path):
     store = CheckpointStore(RunPaths(tmp_path), "run-a")
     population = Population()
-    kept = Retention(store, keep=2, ranked=population.ranked, job=0, worker=0)
+    kept = Retention(store, keep=2, ranked=population.ranked, job=0, worker=0, grace=0.0)
     for ident, loss in ((0, 0.5), (1, 0.4), (2, 0.9), (3, 0.1)):
         saved(store, ident)
         ind = result(ident, loss, 0)
@@ -143,7 +143,7 @@ def test_retention_keeps_the_island_best_and_deletes_the_rest_as_they_drop_out(t
     saved(store, 4)
     kept.finished(failed)
     assert 4 not in store.paths.checkpoint_files()
-    off = Retention(store, keep=0, ranked=population.ranked, job=0, worker=0)
+    off = Retention(store, keep=0, ranked=population.ranked, job=0, worker=0, grace=0.0)
     off.finished(result(1, 0.4, 0))
     assert sorted(store.paths.checkpoint_files()) == [3]
 
@@ -152,7 +152,7 @@ def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
     store = CheckpointStore(RunPaths(tmp_path), "run-a")
     population = Population()
     kept = Retention(store, keep=1, ranked=population.ranked, job=0, worker=0,
-                     pbt=True)
+                     pbt=True, grace=0.0)
     inds = [result(0, 0.1, 0), result(1, 0.9, 0),
             result(2, 0.8, 0, origin=Origin.PBT, parents=(1, NO_PARENT), inherit_from=1)]
     for ind in inds:

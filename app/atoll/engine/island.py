@@ -54,10 +54,12 @@ class Curves(Protocol):
 class Holds(Protocol):
     """Who keeps the checkpoints children may inherit, on any island
     (:class:`atoll.record.checkpoints.Retention`): told of each copy of an individual before
-    it leaves for another island, and of each copy that arrives from one."""
+    it leaves for another island, and of each copy that arrives from one; closed when no
+    leader breeds any more."""
 
     def leaving(self, migrant: Individual) -> None: ...
     def arrived(self, migrant: Individual) -> None: ...
+    def close(self) -> None: ...
 
 
 class Recorder(Protocol):
@@ -169,6 +171,8 @@ class IslandLoop:
         # very end every leader would flush at once, and on a crowded node they queue for it.
         self.recorder.flush()
         self.mailbox.drain(self._receive)
+        if self.holds is not None:  # every leader is done: nobody chooses a parent any more
+            self.holds.close()
         return self.stats
 
     def step(self, generation: int) -> Individual:

@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,11 @@ class CheckpointStore:
                              f"{individual_id})")
 
 
+GRACE_SECONDS = 5.0
+"""How long a leader still holds a checkpoint it no longer wants: about the time a result takes
+to reach the island's other workers, with room to spare."""
+
+
 class Retention:
     """Which completed evaluations' checkpoints one worker leader wants kept, for children to
     inherit, as holds (:mod:`atoll.record.holds`): a checkpoint goes when no leader of any
@@ -217,13 +222,17 @@ class Retention:
     other islands send it to own (their sender gives it a hold before they leave), while the
     individual is among its island's best ``keep``, among its own best ``emigrants`` (the
     individuals it may send to another island next), or a PBT member not yet replaced. It
-    gives up the others as they drop out; the checkpoint is deleted with the last hold, said
-    in an info line (the weights, if offered, are kept apart by ``record.top_models``).
+    gives up the others ``grace`` seconds after they drop out (another worker of the island that
+    has not yet heard of the better results may have just chosen one as a parent; one that is
+    wanted again meanwhile stays); the checkpoint is deleted with the last hold, said in an
+    info line (the weights, if offered, are kept apart by ``record.top_models``).
     ``keep = 0``: none is kept, every checkpoint goes when its evaluation completes.
     """
 
     def __init__(self, store: CheckpointStore, keep: int, ranked: Sequence[Individual], *,
-                 job: int, worker: int, emigrants: int = 0, pbt: bool = False) -> None:
+                 job: int, worker: int, emigrants: int = 0, pbt: bool = False,
+                 grace: float = GRACE_SECONDS, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         self.store = store
         self.keep = keep
         self.ranked = ranked
@@ -231,6 +240,8 @@ class Retention:
         self.job, self.worker, self.emigrants = job, worker, emigrants
         self.pbt = pbt
         self.kept: dict[int, set[int]] = {}  # the checkpoints this leader holds: their copies
+        self.dropping: dict[int, tuple[set[int], float]] = {}  # held until then, unwanted
+        self.grace, self.clock = grace, clock
         self.members: set[int] = set()  # on a PBT island: results no later one replaced
 
     def adopt(self, restored: Iterable[Individual]) -> None:
@@ -261,7 +272,7 @@ class Retention:
     def leaving(self, migrant: Individual) -> None:
         """A copy of an individual this leader owns is about to leave for another island: its
         new owner there gets a hold, if this leader holds the checkpoint."""
-        if migrant.id in self.kept:
+        if migrant.id in self.kept or migrant.id in self.dropping:
             holds.hold(self.store.paths, migrant.id, self.job, migrant.owner, migrant.version)
 
     def arrived(self, migrant: Individual) -> None:
@@ -269,12 +280,18 @@ class Retention:
         leader now decides when to give it up."""
         if self.keep and migrant.owner == self.worker and \
                 holds.holds(self.store.paths, migrant.id, self.job, self.worker, migrant.version):
-            self.kept.setdefault(migrant.id, set()).add(migrant.version)
+            self._keep(migrant.id).add(migrant.version)
             self.prune()
 
     def _hold(self, ind: Individual) -> None:
         holds.hold(self.store.paths, ind.id, self.job, self.worker, ind.version)
-        self.kept.setdefault(ind.id, set()).add(ind.version)
+        self._keep(ind.id).add(ind.version)
+
+    def _keep(self, ident: int) -> set[int]:
+        """The copies of ``ident`` this leader holds, kept (again, if it was being dropped)."""
+        if ident in self.dropping:
+            self.kept[ident] = self.dropping.pop(ident)[0]
+        return self.kept.setdefault(ident, set())
 
     def _member(self, ind: Individual) -> None:
         if self.pbt:
@@ -282,11 +299,23 @@ class Retention:
             self.members.add(ind.id)
 
     def prune(self) -> None:
-        """Give up the held checkpoints this leader no longer wants; delete those nobody
-        holds any more."""
+        """Start dropping the held checkpoints this leader no longer wants, keep again those
+        wanted again, and give up those dropped ``grace`` seconds ago."""
         wanted = {ind.id for ind in self.ranked[:self.keep]} | self.members | self._own_best()
+        now = self.clock()
         for ident in sorted(self.kept.keys() - wanted):
-            versions = self.kept.pop(ident)
+            self.dropping[ident] = (self.kept.pop(ident), now + self.grace)
+        for ident in sorted(self.dropping.keys() & wanted):
+            self._keep(ident)
+        self._give_up([ident for ident, (_, due) in self.dropping.items() if due <= now])
+
+    def close(self) -> None:
+        """The end of this leader's job: give up at once what it was dropping."""
+        self._give_up(list(self.dropping))
+
+    def _give_up(self, idents: list[int]) -> None:
+        for ident in sorted(idents):
+            versions, _ = self.dropping.pop(ident)
             if holds.release(self.store.paths, ident, self.job, self.worker, versions):
                 log.info("checkpoint of individual %d deleted: no island's worker wants it any "
                          "more (among its island's best %d, inherit.keep, among its own best "
