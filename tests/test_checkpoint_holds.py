@@ -291,3 +291,24 @@ def test_a_resume_takes_the_holds_over_and_drops_the_first_jobs(exchanged):
     assert left == wanted if mode == "pollination" else left <= wanted
     assert all(name.startswith("job001-") for names in held(run_dir).values()
                for name in names)
+
+
+def test_workers_of_one_island_find_the_parents_they_chose(tmp_path):
+    """Three workers on one island: a worker may choose a parent just before it hears that
+    its owner has a better result; the owner keeps the checkpoint for a while after it
+    dropped out, so every child finds the one it was to inherit."""
+    config = tmp_path / "atoll.toml"
+    config.write_text(CONFIG.format(seed=1, keep=KEEP, mode="pollination")
+                      .replace("islands = 2", "islands = 1").replace("evaluations = 40",
+                                                                     "evaluations = 80"))
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(3, "search", "-q", "--config", str(config), "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert not any(LOST in p.read_text() for p in (run_dir / "logs").glob("*.log"))
+    rows, epochs = rows_and_epochs(run_dir)
+    children = [r for r in rows.values() if r["origin"] == int(Origin.GA)]
+    assert len(children) >= 40
+    for row in children:
+        better = min((row["parent_a"], row["parent_b"]), key=lambda p: (rows[p]["loss"], p))
+        assert row["inherit_from"] == better, row
+    assert set(RunPaths(run_dir).checkpoint_files()) == set(held(run_dir))
