@@ -30,8 +30,8 @@ from atoll.evaluation.call import ERROR_CHARS
 from atoll.individual import Individual, Status
 from atoll.record import WorkerLog, open_run
 from atoll.record._h5 import SWMR_LIBVER, WORKER_KIND, open_h5
+from atoll.record.commits import checksum, checksum_value, committed
 from atoll.record.models import load_params
-from atoll.record.schema import checksum, checksum_value, committed
 from atoll.space import Space
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 from damage_checks import refused

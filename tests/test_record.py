@@ -37,9 +37,9 @@ from atoll.record import (
     read_completed,
     software_versions,
 )
+from atoll.record.commits import committed
 from atoll.record.schema import (
     check_param_names,
-    committed,
     create_table,
     epoch_dtype,
     individual_dtype,

@@ -22,7 +22,8 @@ import pytest
 from atoll.engine.restore import completed_count
 from atoll.individual import Status
 from atoll.record import open_run
-from atoll.record.schema import NEW_EPOCHS, committed
+from atoll.record.commits import committed
+from atoll.record.schema import NEW_EPOCHS
 from conftest import BIN, ROOT, mpi_env
 from slurm_cluster import CRED_EXPIRE, SlurmCluster
 

@@ -30,19 +30,17 @@ from atoll.record._h5 import (
     run_id_of,
     text,
 )
+from atoll.record.commits import DAMAGED_HINT, committed, repeated
 from atoll.record.paths import RunPaths
 from atoll.record.schema import (
-    DAMAGED_HINT,
     EPOCH_COLUMNS,
     NEW_EPOCHS,
-    committed,
     epoch_dtype,
     individual_dtype,
     job_dtype,
     migration_dtype,
     part_dtype,
     read_individual_dtype,
-    repeated,
 )
 from atoll.space import Space
 

@@ -37,17 +37,9 @@ from atoll.record._h5 import (
     written_whole,
 )
 from atoll.record.claim import CLAIM_FILE
+from atoll.record.commits import committed, committed_rows, seal
 from atoll.record.paths import RunPaths
-from atoll.record.schema import (
-    NEW_EPOCHS,
-    check_param_names,
-    committed,
-    committed_rows,
-    create_table,
-    job_dtype,
-    put_attr,
-    seal,
-)
+from atoll.record.schema import NEW_EPOCHS, check_param_names, create_table, job_dtype, put_attr
 from atoll.space import Space
 
 T = TypeVar("T")

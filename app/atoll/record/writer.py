@@ -43,14 +43,10 @@ from atoll.record._h5 import (
     write_header,
     written_whole,
 )
+from atoll.record.commits import CHECKSUM_ATTR, ROWS_ATTR, checksum, checksum_value, committed
 from atoll.record.schema import (
-    CHECKSUM_ATTR,
     MODE_NAMES,
-    ROWS_ATTR,
     check_metric_name,
-    checksum,
-    checksum_value,
-    committed,
     create_table,
     epoch_dtype,
     metric_docs,
