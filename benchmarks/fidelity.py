@@ -53,6 +53,7 @@ REPEATS: dict[str, list[str]] = {
     "ASHA, GA": ["search.evaluations=60", "pruning.rule=asha"],
 }
 """Methods that repeat what METHODS show, run with BENCH_FIDELITY_ALL=1."""
+ALL = {**METHODS, **REPEATS}
 CONFIG = f"""
 [objective]
 name = "learning_curves:train"
