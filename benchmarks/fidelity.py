@@ -47,8 +47,8 @@ METHODS: dict[str, list[str]] = {
 epochs (a paused evaluation spends none until it finishes)."""
 REPEATS: dict[str, list[str]] = {
     "full training, CMA-ES": ["search.evaluations=44", "evolution.strategy=cmaes"],
-    "successive halving, GA": ["search.evaluations=200", "pruning.rule=halving"],
-    "successive halving, CMA-ES": ["search.evaluations=200", "pruning.rule=halving",
+    "successive halving, GA": ["search.evaluations=500", "pruning.rule=halving"],
+    "successive halving, CMA-ES": ["search.evaluations=500", "pruning.rule=halving",
                                    "evolution.strategy=cmaes"],
     "ASHA, GA": ["search.evaluations=60", "pruning.rule=asha"],
 }
