@@ -1,24 +1,28 @@
 """Regret against training epochs spent, on a synthetic learning-curve task (issue #30, item 2).
 
-Atoll's schedulers (full training, the median rule, successive halving and its promotion
-form, ASHA; with the GA and with CMA-ES) run the learning-curve task of learning_curves.py
-under mpirun with RANKS workers; Optuna's TPE runs it trial after trial with its
-SuccessiveHalvingPruner and HyperbandPruner (benchmarks/.venv-optuna). Every method gets
-EPOCH_BUDGET epochs, SEEDS seeds. Ray Tune's side is benchmarks/fidelity_ray.py (``make
+Atoll's schedulers (full training, the median rule, ASHA: successive halving's promotion form)
+run the learning-curve task of learning_curves.py under mpirun with RANKS workers; Optuna's TPE
+runs it with its SuccessiveHalvingPruner and HyperbandPruner, RANKS trials at once
+(benchmarks/.venv-optuna, optuna_fidelity_side.py), and, as an unjudged extra, one trial at a
+time. Every method gets EPOCH_BUDGET epochs, SEEDS seeds. With BENCH_FIDELITY_ALL=1 the row
+also runs the methods that repeat what these show (full training with CMA-ES, the stopping form
+of successive halving, ASHA with the GA). Ray Tune's side is benchmarks/fidelity_ray.py (``make
 bench-training``): Ray starts an actor per trial, which makes it too slow for ``make bench``.
 
 A method's trajectory is the regret of its incumbent (the completed candidate with the least
 reported final loss; regret of its noiseless fully trained loss) after each evaluation ends, in
-the order they end, against the epochs spent so far by every evaluation that ended. For regret
-levels between what Optuna's best pruner reaches at a tenth of the budget and at the end, the
-row compares the median (over seeds) epochs each side needs to reach the level. Target: Atoll's
-best scheduler needs at most half the epochs of Optuna's best pruner at every level.
+the order they end, against the epochs spent by then (by every evaluation, the running ones
+too). For regret levels between what Optuna's best parallel pruner reaches at a tenth of the
+budget and at the end, the row compares the median (over seeds) epochs each side needs to
+reach the level. Target: Atoll's best scheduler needs at most half the epochs of Optuna's best
+pruner at every level.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import tempfile
@@ -35,15 +39,21 @@ EPOCH_BUDGET = 40 * task.MAX_EPOCHS
 LEVELS = 8
 TARGET = 0.5
 METHODS: dict[str, list[str]] = {
-    "full training, GA": ["search.evaluations=60"],
-    "full training, CMA-ES": ["search.evaluations=60", "evolution.strategy=cmaes"],
-    "median rule, GA": ["search.evaluations=400", "pruning.rule=median"],
-    "successive halving, GA": ["search.evaluations=400", "pruning.rule=halving"],
-    "successive halving, CMA-ES": ["search.evaluations=400", "pruning.rule=halving",
-                                   "evolution.strategy=cmaes"],
-    "ASHA, GA": ["search.evaluations=400", "pruning.rule=asha"],
-    "ASHA, CMA-ES": ["search.evaluations=400", "pruning.rule=asha", "evolution.strategy=cmaes"],
+    "full training, GA": ["search.evaluations=44"],
+    "median rule, GA": ["search.evaluations=200", "pruning.rule=median"],
+    "ASHA, CMA-ES": ["search.evaluations=60", "pruning.rule=asha", "evolution.strategy=cmaes"],
 }
+"""``make bench``'s methods; each budget of evaluations spends a little over EPOCH_BUDGET
+epochs (a paused evaluation spends none until it finishes)."""
+REPEATS: dict[str, list[str]] = {
+    "full training, CMA-ES": ["search.evaluations=44", "evolution.strategy=cmaes"],
+    "successive halving, GA": ["search.evaluations=500", "pruning.rule=halving"],
+    "successive halving, CMA-ES": ["search.evaluations=500", "pruning.rule=halving",
+                                   "evolution.strategy=cmaes"],
+    "ASHA, GA": ["search.evaluations=60", "pruning.rule=asha"],
+}
+"""Methods that repeat what METHODS show, run with BENCH_FIDELITY_ALL=1."""
+ALL = {**METHODS, **REPEATS}
 CONFIG = f"""
 [objective]
 name = "learning_curves:train"
@@ -84,7 +94,8 @@ def epochs_to(path: Trajectory, level: float) -> float:
     return next((float(spent) for spent, regret in path if regret <= level), math.inf)
 
 
-def atoll_run(run_dir: Path, config: Path, seed: int, settings: list[str]) -> Trajectory:
+def atoll_run(run_dir: Path, config: Path, seed: int, rule: str,
+              settings: list[str]) -> Trajectory:
     from atoll.individual import Status
     from atoll.record import open_run
 
@@ -99,24 +110,24 @@ def atoll_run(run_dir: Path, config: Path, seed: int, settings: list[str]) -> Tr
     ind = run.individuals[run.individuals["status"] != int(Status.INTERRUPTED)]
     ind = ind[ind["finished"].argsort()]
     epoch_times = np.sort(run.epochs["time"])
+    if len(epoch_times) < EPOCH_BUDGET:
+        raise RuntimeError(f"{rule}: {len(epoch_times)} epochs, short of {EPOCH_BUDGET}: "
+                           "raise its search.evaluations")
     spent = np.searchsorted(epoch_times, ind["finished"], side="right")  # epochs of every part
     return trajectory([(int(n), tuple(float(row[name]) for name in task.NAMES),
                         int(row["status"]) == int(Status.OK), float(row["loss"]))
                        for n, row in zip(spent, ind, strict=True)])
 
 
-def optuna_runs(scratch: Path, pruner: str) -> list[Trajectory]:
-    tasks = [{"pruner": pruner, "seed": seed, "budget": EPOCH_BUDGET} for seed in SEEDS]
+def optuna_runs(scratch: Path, pruner: str, jobs: int) -> list[Trajectory]:
+    tasks = [{"pruner": pruner, "seed": seed, "budget": EPOCH_BUDGET, "jobs": jobs}
+             for seed in SEEDS]
     (scratch / "tasks.json").write_text(json.dumps(tasks))
-    out = scratch / f"optuna-{pruner}.json"
+    out = scratch / f"optuna-{pruner}-{jobs}.json"
     subprocess.run([str(OPTUNA_PYTHON), str(HERE / "optuna_fidelity_side.py"),
                     str(scratch / "tasks.json"), str(out)], check=True, env=mpi_env())
-    paths = []
-    for study in json.loads(out.read_text()):
-        spent = np.cumsum([e["epochs"] for e in study])
-        paths.append(trajectory([(int(n), tuple(e["x"]), e["complete"], e["value"])
-                                 for n, e in zip(spent, study, strict=True)]))
-    return paths
+    return [trajectory([(e["spent"], tuple(e["x"]), e["complete"], e["value"]) for e in study])
+            for study in json.loads(out.read_text())]
 
 
 def levels(paths: list[Trajectory]) -> list[float]:
@@ -126,51 +137,65 @@ def levels(paths: list[Trajectory]) -> list[float]:
     low = statistics.median(p[-1][1] if p else math.inf for p in paths)
     if not (math.isfinite(high) and math.isfinite(low) and low > 0):
         return [high] if math.isfinite(high) else []
-    return [high * (low / high) ** (k / (LEVELS - 1)) for k in range(LEVELS)]
+    return [high * (low / high) ** (k / (LEVELS - 1)) for k in range(LEVELS - 1)] + [low]
+
+
+def epochs_at(paths: list[Trajectory], at: list[float]) -> list[float]:
+    """The median epochs to reach each level (inf where most seeds never do)."""
+    return [statistics.median(epochs_to(p, level) for p in paths) for level in at]
 
 
 def worst_ratio(ours: list[Trajectory], theirs: list[Trajectory], at: list[float]) -> float:
-    ratios = []
-    for level in at:
-        mine = statistics.median(epochs_to(p, level) for p in ours)
-        other = statistics.median(epochs_to(p, level) for p in theirs)
-        ratios.append(mine / other if math.isfinite(other) else math.nan)
+    ratios = [mine / other for mine, other in zip(epochs_at(ours, at), epochs_at(theirs, at),
+                                                  strict=True) if math.isfinite(other)]
     return max(ratios, default=math.nan)
+
+
+def searches(scratch: Path, log: Any) -> dict[str, list[Trajectory]]:
+    """Every method's trajectories, Atoll's then Optuna's (parallel, then one at a time)."""
+    config = scratch / "curves.toml"
+    config.write_text(CONFIG)
+    methods = dict(METHODS, **(REPEATS if os.environ.get("BENCH_FIDELITY_ALL") == "1" else {}))
+    results: dict[str, list[Trajectory]] = {}
+    for rule, settings in methods.items():
+        results[f"Atoll, {rule}"] = [atoll_run(scratch / f"{rule}-{seed}".replace(" ", "_"),
+                                               config, seed, rule, settings) for seed in SEEDS]
+        log(f"  Atoll, {rule}: done")
+    for jobs, label in ((RANKS, ""), (1, ", one trial at a time")):
+        for pruner in ("halving", "hyperband"):
+            results[f"Optuna TPE, {pruner}{label}"] = optuna_runs(scratch, pruner, jobs)
+            log(f"  Optuna TPE, {pruner}{label}: done")
+    return results
 
 
 def run(log: Any = print) -> tuple[list[Row], list[str]]:
     ensure_optuna_venv()
-    results: dict[str, list[Trajectory]] = {}
     with tempfile.TemporaryDirectory(prefix="atoll-bench-fidelity-") as name:
-        scratch = Path(name)
-        config = scratch / "curves.toml"
-        config.write_text(CONFIG)
-        for rule, settings in METHODS.items():
-            results[f"Atoll, {rule}"] = [atoll_run(scratch / f"{rule}-{seed}".replace(" ", "_"),
-                                                   config, seed, settings) for seed in SEEDS]
-            log(f"  Atoll, {rule}: done")
-        for pruner in ("halving", "hyperband"):
-            results[f"Optuna TPE, {pruner}"] = optuna_runs(scratch, pruner)
-            log(f"  Optuna TPE, {pruner}: done")
+        results = searches(Path(name), log)
     finals = {name: statistics.median(p[-1][1] if p else math.inf for p in paths)
               for name, paths in results.items()}
-    optuna_best = min((n for n in finals if n.startswith("Optuna")), key=finals.__getitem__)
+    judged = [n for n in finals if n.startswith("Optuna") and not n.endswith("at a time")]
+    optuna_best = min(judged, key=finals.__getitem__)
     at = levels(results[optuna_best])
     ratios = {n: worst_ratio(results[n], results[optuna_best], at)
               for n in results if n.startswith("Atoll")}
     atoll_best = min(ratios, key=lambda n: ratios[n] if ratios[n] == ratios[n] else math.inf)
     shown = "; ".join(f"{n}: {finals[n]:.3g}" for n in results)
+    table = "; ".join(f"{n}: " + ", ".join(f"{e:.0f}" for e in epochs_at(results[n], at))
+                      for n in results)
     notes = [f"multi-fidelity, median final regret at {EPOCH_BUDGET} epochs: {shown}",
              "multi-fidelity, worst epochs ratio to " + optuna_best + ": "
-             + "; ".join(f"{n}: {r:.2f}" for n, r in ratios.items())]
+             + "; ".join(f"{n}: {r:.2f}" for n, r in ratios.items()),
+             "multi-fidelity, median epochs to reach regret "
+             + ", ".join(f"{level:.3g}" for level in at) + f": {table}"]
     for note in notes:
         log("  " + note)
     best_ratio = ratios[atoll_best]
     rows = [Row(f"multi-fidelity learning curves (4-d, {task.MAX_EPOCHS} epochs, {EPOCH_BUDGET} "
-                f"epochs per search, {len(SEEDS)} seeds, Atoll on {RANKS} workers, Optuna one "
-                f"trial at a time): epochs to reach each of {len(at)} regret levels, medians; "
-                f"Atoll's best ({atoll_best}) against Optuna's best ({optuna_best}); ratio: "
-                "the worst level", f"final regret {finals[atoll_best]:.3g}",
+                f"epochs per search, {len(SEEDS)} seeds, {RANKS} evaluations at once on both "
+                f"sides): epochs to reach each of {len(at)} regret levels, medians; Atoll's "
+                f"best ({atoll_best}) against Optuna's best ({optuna_best}); ratio: the worst "
+                "level", f"final regret {finals[atoll_best]:.3g}",
                 f"final regret {finals[optuna_best]:.3g}", f"{best_ratio:.2f}",
                 f"<= {TARGET:g} at every level", best_ratio <= TARGET)]
     return rows, notes

@@ -52,8 +52,8 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         scratch = Path(name)
         config = scratch / "curves.toml"
         config.write_text(fidelity.CONFIG)
-        atoll = [fidelity.atoll_run(scratch / f"atoll-{seed}", config, seed,
-                                    fidelity.METHODS[ATOLL]) for seed in SEEDS]
+        atoll = [fidelity.atoll_run(scratch / f"atoll-{seed}", config, seed, ATOLL,
+                                    fidelity.ALL[ATOLL]) for seed in SEEDS]
         log(f"  Atoll, {ATOLL}: done")
         ray = ray_runs(scratch)
         log("  Ray Tune, ASHA: done")

@@ -21,8 +21,10 @@ from atoll.config import MigrationConfig, PruningConfig, parse_config
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.memory import MemoryPost, MemoryRecorder
 from atoll.engine.paused import paused_on, to_resume
+from atoll.engine.population import Population
 from atoll.engine.topology import Layout
 from atoll.evolution import Continue, ga_strategy
+from atoll.evolution.pbt import PBT
 from atoll.evolution.strategy import PromoteFirst
 from atoll.individual import FINISHED, Individual, Status
 from atoll.record import RunPaths, open_run, promotion, read_history
@@ -145,7 +147,7 @@ def test_two_workers_asking_at_once_promote_a_paused_individual_once(tmp_path):
     promotion.release(RunPaths(tmp_path), 2)
 
 
-def test_a_paused_result_is_no_result_for_the_breeding_strategy(tmp_path):
+def test_a_paused_result_is_told_as_a_partial_one_and_never_a_parent(tmp_path):
     told = []
 
     class Recording:
@@ -156,9 +158,23 @@ def test_a_paused_result_is_no_result_for_the_breeding_strategy(tmp_path):
             told.append((result.id, result.status))
 
     wrapper = PromoteFirst(Recording(), Asha(SETTINGS), lambda i, e: "gone")
+    population = Population()
     for status in (Status.PAUSED, Status.PAUSED, Status.OK):
-        wrapper.tell(Individual(5, {"x": 0.1}, status=status))
-    assert told == [(5, Status.OK)] and wrapper.paused == {}
+        ind = Individual(5, {"x": 0.1}, status=status, loss=0.5)
+        wrapper.tell(ind)
+        population.learn(ind)
+        if status == Status.PAUSED:
+            assert 5 in wrapper.paused and population.ranked == []  # waits, no parent
+    assert told == [(5, Status.PAUSED), (5, Status.PAUSED), (5, Status.OK)]
+    assert wrapper.paused == {} and [i.id for i in population.ranked] == [5]
+
+
+def test_pbt_makes_no_member_of_a_paused_result():
+    pbt = PBT(SPACE, 2, 0)
+    pbt.tell(Individual(5, {"x": 0.1}, status=Status.PAUSED, loss=0.5))
+    assert pbt.members == {}
+    pbt.tell(Individual(5, {"x": 0.1}, status=Status.OK, loss=0.4))
+    assert list(pbt.members) == [5]
 
 
 # -- island loops over the in-memory mailbox ---------------------------------------------------

@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 from cmaes import CMAwM
 
+from atoll.config import EvolutionConfig, PruningConfig
 from atoll.engine.population import Population
 from atoll.evolution import cma
 from atoll.evolution.cma import CMAES
+from atoll.evolution.default import island_strategy
+from atoll.evolution.hybrid import Hybrid
 from atoll.evolution.unit_view import UnitView
-from atoll.individual import NO_PARENT, Individual, Origin
+from atoll.individual import NO_PARENT, Individual, Origin, Status
 from atoll.record import open_run
 from atoll.space import CategoricalParam, FloatParam, IntParam, OrdinalParam, Space
 from conftest import mpirun_atoll
@@ -93,6 +96,42 @@ def test_an_immigrant_pulls_the_mean_towards_itself():
         means.append(strategy.mean)
     to_corner = [float(np.linalg.norm(m - 0.95)) for m in means]
     assert to_corner[0] < to_corner[1] - 0.05
+
+
+def test_partial_results_move_the_distribution_only_when_learned():
+    """Under successive halving most evaluations end at a rung: with ``partial`` CMA-ES learns
+    them (pruned or paused, at their loss there) and walks to the optimum from them alone;
+    without it they are no results and the distribution stays where it started."""
+    space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
+    ends = []
+    for partial in (True, False):
+        strategy, rng = CMAES(space, partial=partial), random.Random(3)
+        for n in range(240):
+            child = strategy.ask([], rng, n)
+            child.loss = sum((v - 0.9) ** 2 for v in child.params.values())
+            child.status = Status.PAUSED if n % 2 else Status.PRUNED
+            strategy.tell(child)
+        ends.append(float(np.linalg.norm(strategy.mean - 0.9)))
+    assert ends[0] < 0.05 and ends[1] == pytest.approx(float(np.linalg.norm([0.4] * 3)))
+
+
+def test_a_failed_result_is_never_learned_even_as_a_partial_one():
+    space = Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(3)))
+    strategy, rng = CMAES(space, partial=True), random.Random(0)
+    for n in range(60):
+        child = strategy.ask([], rng, n)
+        child.status, child.loss = Status.FAILED, 0.0
+        strategy.tell(child)
+    assert np.array_equal(strategy.mean, np.full(3, 0.5))
+
+
+def test_only_the_rung_rules_make_cmaes_learn_partial_results():
+    rungs = {rule: PruningConfig(rule=rule).rungs for rule in ("none", "median", "halving",
+                                                               "asha")}
+    assert rungs == {"none": False, "median": False, "halving": True, "asha": True}
+    settings = EvolutionConfig(strategy="hybrid")
+    hybrid = island_strategy(Space((FloatParam("x", 0.0, 1.0),)), 0, 2, settings, partial=True)
+    assert isinstance(hybrid, Hybrid) and hybrid.cmaes.partial
 
 
 def own(ind_id: int, params: dict, loss: float) -> Individual:

@@ -184,6 +184,12 @@ class PruningConfig:
         return self.rule != "none"
 
     @property
+    def rungs(self) -> bool:
+        """Whether the rule judges at rungs (successive halving, both forms): most evaluations
+        then end early, and CMA-ES learns from them too."""
+        return self.rule in ("halving", "asha")
+
+    @property
     def pauses(self) -> bool:
         """Whether the rule pauses evaluations for promotion (needs their checkpoints)."""
         return self.rule == "asha"

@@ -27,6 +27,14 @@ sqrt(n) + 2n / (n + 2), so one far point cannot blow up the step size or the cov
 Restarts: when CMA-ES's own stopping tests fire (its step size or the spread of its losses has
 collapsed), it restarts around the best point with twice the population (IPOP-CMA-ES).
 
+Partial results (``partial``, under successive halving's rungs): a pruned or paused evaluation
+is learned too, at the loss it returned where it stopped. Most evaluations stop at a low rung, so
+learning only the completed ones would leave the distribution unmoved for dozens of candidates;
+as a curve's loss falls with training, a batch ranks the ones that got further first, and those
+stopped at one rung among themselves by their value there (the order Optuna's TPE gives pruned
+trials). A paused individual that is promoted is learned again when it pauses at a higher rung
+or completes: each is a new, better informed result.
+
 Resume: the strategy is rebuilt from the record: the loop tells it every restored result, in order
 of id, and it learns them a population at a time.
 """
@@ -48,12 +56,16 @@ with without_scipy():
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
 from atoll.evolution.unit_view import UnitView
-from atoll.individual import NO_PARENT, Individual, Origin
+from atoll.individual import NO_PARENT, Individual, Origin, Status
 from atoll.space import CategoricalParam, IntParam, Param, Space
 
 INITIAL_SIGMA = 1 / 6
 """In unit space: a sixth of every range, as Optuna's CMA-ES sampler starts (a third costs the
 step time to shrink first: benchmarks/EARLIER-RUNS.md)."""
+
+
+PARTIAL = (Status.PRUNED, Status.PAUSED)
+"""The results learned as partial ones: stopped or paused at a rung, with the loss there."""
 
 
 def clip_step(cma: CMA | CMAwM, point: np.ndarray) -> np.ndarray:
@@ -86,8 +98,9 @@ def lattice_size(param: Param) -> int:
 class CMAES:
     """A strategy that breeds one individual at a time from an evolving CMA-ES distribution."""
 
-    def __init__(self, space: Space, population_size: int = 0) -> None:
+    def __init__(self, space: Space, population_size: int = 0, partial: bool = False) -> None:
         self.space = space
+        self.partial = partial  # learn pruned and paused results too
         self.numeric: tuple[Param, ...] = interval_params(space)
         self.categorical = tuple(p for p in space.params if p not in self.numeric)
         self._unit = UnitView(self.numeric)
@@ -162,7 +175,7 @@ class CMAES:
         # learned; one told later still is, at its values).
         asked, self._asked = self._asked, None
         for ind in self._told.take():
-            if not (ind.usable and self.numeric):
+            if not (self.numeric and self._learns(ind)):
                 continue
             raw = asked[1] if asked is not None and asked[0] == ind.id else self._point(ind)
             self._pending.append((raw, ind.loss, ind.origin != Origin.CMAES))
@@ -175,6 +188,11 @@ class CMAES:
             if self._cma.should_stop():
                 self._restart(individuals, rng)
                 size = self._cma.population_size
+
+    def _learns(self, ind: Individual) -> bool:
+        if ind.usable:
+            return True
+        return self.partial and ind.status in PARTIAL and math.isfinite(ind.loss)
 
     def _point(self, ind: Individual) -> np.ndarray:
         point = self._unit.to_unit(ind.params)

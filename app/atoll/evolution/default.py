@@ -109,12 +109,14 @@ def _pool(selection: str, population_size: int, tournament_size: int) -> Propaga
 
 def island_strategy(space: Space, island: int, island_workers: int,
                     settings: EvolutionConfig, inherit: InheritConfig | None = None,
-                    pbt: PbtConfig | None = None, worker: int = 0) -> Strategy:
+                    pbt: PbtConfig | None = None, worker: int = 0,
+                    partial: bool = False) -> Strategy:
     """The strategy of ``worker`` on ``island``: the island's strategy (``evolution.strategy``
     or its entry in ``evolution.island_strategies``): the GA, CMA-ES, both (hybrid), or PBT.
     The GA's and PBT's population is ``population_size`` or 2 x the island's workers; CMA-ES
     keeps its own default. With ``inherit.enabled``, bred children start from their better
-    parent's checkpoint (PBT's always start from a member's)."""
+    parent's checkpoint (PBT's always start from a member's). With ``partial`` (successive
+    halving's rungs), CMA-ES learns pruned and paused results too (:mod:`atoll.evolution.cma`)."""
     strategy = settings.strategy_of(island)
     ga_population = settings.population_size or 2 * island_workers
     inherit = inherit or InheritConfig()
@@ -122,18 +124,18 @@ def island_strategy(space: Space, island: int, island_workers: int,
         from atoll.evolution.pbt import PBT
 
         return PBT(space, ga_population, worker, pbt, inherit.shape_params)
-    chosen = _breeding(space, strategy, ga_population, settings)
+    chosen = _breeding(space, strategy, ga_population, settings, partial)
     return Inheriting(chosen, inherit.shape_params) if inherit.enabled else chosen
 
 
 def _breeding(space: Space, strategy: str, ga_population: int,
-              settings: EvolutionConfig) -> Strategy:
+              settings: EvolutionConfig, partial: bool) -> Strategy:
     if strategy == "ga":
         return ga_strategy(space, ga_population, settings)
     from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
 
     if strategy == "cmaes":
-        return CMAES(space)
+        return CMAES(space, partial=partial)
     from atoll.evolution.hybrid import Hybrid
 
-    return Hybrid(CMAES(space), ga_strategy(space, ga_population, settings))
+    return Hybrid(CMAES(space, partial=partial), ga_strategy(space, ga_population, settings))

@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 
 from atoll.config import PbtConfig
-from atoll.individual import NO_PARENT, Individual, Origin, replaced_member
+from atoll.individual import NO_PARENT, Individual, Origin, Status, replaced_member
 from atoll.space import CategoricalParam, FloatParam, IntParam, Params, Space
 
 
@@ -91,6 +91,8 @@ class PBT:
                           inherit_from=source.id)
 
     def tell(self, result: Individual) -> None:
+        if result.status == Status.PAUSED:  # no member until it finishes
+            return
         self.members.pop(replaced_member(result), None)
         self.members[result.id] = result
 

@@ -41,7 +41,9 @@ class Strategy(Protocol):
         ...
 
     def tell(self, result: Individual) -> None:
-        """A result the island learned (any status); called once per id, read-only."""
+        """A result the island learned (any status), read-only; called once per id, except
+        that a paused one (``asha``) is told at each rung it pauses at and once more when it
+        finishes."""
         ...
 
 
@@ -85,8 +87,9 @@ class PromoteFirst:
 
     Paused individuals are learned from ``tell`` (the island's results: this worker's and its
     partners'), so each worker of the island knows them all; ``claim`` makes sure only one of
-    them continues each. A paused result is not told to ``strategy``: it is no result yet,
-    and never a parent (the population ranks only completed ones).
+    them continues each. A paused result is told to ``strategy`` too, as a partial one (CMA-ES
+    learns it: :mod:`atoll.evolution.cma`), again at each rung it pauses at; it is never a
+    parent (the population ranks only completed ones).
     """
 
     def __init__(self, strategy: Strategy, rungs: Rungs, claim: Claim,
@@ -111,8 +114,8 @@ class PromoteFirst:
     def tell(self, result: Individual) -> None:
         if result.status == Status.PAUSED:
             self.paused[result.id] = result
-            return
-        self.paused.pop(result.id, None)
+        else:
+            self.paused.pop(result.id, None)
         self.strategy.tell(result)
 
 

@@ -302,7 +302,8 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
     the island's paused individuals, then the island's breeding."""
     strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
-                                         config.inherit, config.pbt, topo.worker)
+                                         config.inherit, config.pbt, topo.worker,
+                                         partial=config.pruning.rungs)
     if pruning is not None and pruning.rungs is not None:
         strategy = PromoteFirst(strategy, pruning.rungs,
                                 lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
