@@ -198,20 +198,3 @@ def test_a_slow_steady_refinement_is_not_a_stall():
         tell_and_ask(breeder, [result(i, -i if i % 40 == 0 else 1000.0, Origin.CMAES)], rng)
         floors.append(breeder.floor())
     assert max(floors[400:]) == pytest.approx(hybrid.FLOOR)
-
-
-@pytest.mark.parametrize("workers", [1, 2, 4, 8, 16])
-def test_the_hybrids_ga_selects_from_at_most_ga_pool_unless_population_size_is_set(workers):
-    """A hybrid island holds all the workers a GA search splits over islands: its GA's pool is
-    2 x the island's workers as on a GA island, but at most GA_POOL; a population_size set in
-    the config is taken as it is."""
-    space = box(2, -1.0, 1.0)
-    hybrid_island = island_strategy(space, 0, workers, EvolutionConfig(strategy="hybrid"))
-    ga_island = island_strategy(space, 0, workers, EvolutionConfig(strategy="ga"))
-    assert isinstance(hybrid_island, Hybrid)
-    assert hybrid_island.ga.breed.population_size == min(2 * workers, hybrid.GA_POOL)
-    assert ga_island.breed.population_size == 2 * workers
-    assert hybrid_island.ga.rule.pool_size == hybrid_island.ga.breed.population_size
-    chosen = island_strategy(space, 0, workers, EvolutionConfig(strategy="hybrid",
-                                                                population_size=20))
-    assert chosen.ga.breed.population_size == chosen.ga.rule.pool_size == 20

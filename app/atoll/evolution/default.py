@@ -112,10 +112,9 @@ def island_strategy(space: Space, island: int, island_workers: int,
                     pbt: PbtConfig | None = None, worker: int = 0) -> Strategy:
     """The strategy of ``worker`` on ``island``: the island's strategy (``evolution.strategy``
     or its entry in ``evolution.island_strategies``): the GA, CMA-ES, both (hybrid), or PBT.
-    The GA's and PBT's population is ``population_size`` or 2 x the island's workers (a hybrid
-    island's GA: at most ``hybrid.GA_POOL``); CMA-ES keeps its own default. With
-    ``inherit.enabled``, bred children start from their better parent's checkpoint (PBT's always
-    start from a member's)."""
+    The GA's and PBT's population is ``population_size`` or 2 x the island's workers; CMA-ES
+    keeps its own default. With ``inherit.enabled``, bred children start from their better
+    parent's checkpoint (PBT's always start from a member's)."""
     strategy = settings.strategy_of(island)
     ga_population = settings.population_size or 2 * island_workers
     inherit = inherit or InheritConfig()
@@ -135,7 +134,6 @@ def _breeding(space: Space, strategy: str, ga_population: int,
 
     if strategy == "cmaes":
         return CMAES(space)
-    from atoll.evolution.hybrid import GA_POOL, Hybrid
+    from atoll.evolution.hybrid import Hybrid
 
-    pool = settings.population_size or min(ga_population, GA_POOL)
-    return Hybrid(CMAES(space), ga_strategy(space, pool, settings))
+    return Hybrid(CMAES(space), ga_strategy(space, ga_population, settings))

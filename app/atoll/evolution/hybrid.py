@@ -73,13 +73,6 @@ SHRINK = 10.0
 """Pseudo-tries at the pooled rate in each strategy's rate (chosen against 0, 2 and 5:
 benchmarks/EARLIER-RUNS.md)."""
 
-GA_POOL = 8
-"""The most individuals the GA selects its parents from when ``population_size`` is not set
-(otherwise 2 x the island's workers, as on a GA island). The hybrid's island holds all the
-workers that a GA search splits over islands, and its budget goes partly to CMA-ES: a pool of
-twice its workers breeds from too wide a base at small budgets (chosen against 2 x and 1 x the
-workers: benchmarks/EARLIER-RUNS.md)."""
-
 BY_CMAES, BY_GA = 0, 1
 _CREDITED = {Origin.CMAES: BY_CMAES, Origin.GA: BY_GA}
 
