@@ -108,6 +108,16 @@ def test_options_are_read_only_and_copied() -> None:
         config.objective.options["nested"]["b"] = 1  # type: ignore[index]
 
 
+def test_options_look_up_like_a_dict() -> None:
+    options = parse_config({"objective": {"name": "sphere", "options": {
+        "epochs": 3, "zero": 0}}}).objective.options
+    assert options.get("epochs") == 3 and options.get("epochs", 5) == 3
+    assert options.get("missing") is None and options.get("missing", 5) == 5
+    assert options.get("zero", 5) == 0  # a falsy value is not a missing key
+    assert "epochs" in options and "zero" in options and "missing" not in options
+    assert 3 not in options and list(options) == ["epochs", "zero"]
+
+
 def test_config_is_frozen_and_hashable() -> None:
     config = parse_config({})
     with pytest.raises(AttributeError):

@@ -67,6 +67,14 @@ class FrozenMap(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._items)
 
+    # The dict's own lookups: Mapping's mixins go through __getitem__ and an exception for a
+    # missing key, and an objective reads its options on every evaluation.
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._items.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
     def __repr__(self) -> str:
         return repr(self._items)
 

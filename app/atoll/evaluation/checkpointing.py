@@ -34,6 +34,15 @@ class Inherited:
     epoch: int
 
 
+def lineage_of(about: Mapping[str, Any]) -> Inherited | None:
+    """The lineage an individual's :func:`atoll.individual.about_of` carries from an earlier
+    part of its evaluation (None: it trains from scratch, or has not loaded what it was bred
+    to inherit)."""
+    parent = int(about.get("inherit_from", NO_PARENT))
+    epoch = int(about.get("inherit_epoch", NO_EPOCH))
+    return Inherited(parent, epoch) if parent != NO_PARENT and epoch != NO_EPOCH else None
+
+
 class CheckpointCalls:
     """One rank's checkpoint calls for one individual; counting them tells a call from a
     left-over of an earlier one that some ranks made alone."""
@@ -45,12 +54,9 @@ class CheckpointCalls:
         self.about = dict(about or {})
         self.calls = 0
         self.inherit_from = int(self.about.get("inherit_from", NO_PARENT))
-        epoch = int(self.about.get("inherit_epoch", NO_EPOCH))
-        self.inherited: Inherited | None = None
+        self.inherited: Inherited | None = lineage_of(self.about)
         """The lineage of this evaluation: set when a load took another individual's
         checkpoint, kept from an earlier part of a continued one."""
-        if self.inherit_from != NO_PARENT and epoch != NO_EPOCH:
-            self.inherited = Inherited(self.inherit_from, epoch)
 
     def save(self, state: Any, epoch: int) -> bool:
         """Write ``state`` as the checkpoint at ``epoch`` (leader); whether it was written."""

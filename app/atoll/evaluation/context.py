@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from atoll.evaluation.checkpointing import CheckpointCalls, Inherited
+from atoll.evaluation.checkpointing import CheckpointCalls, Inherited, lineage_of
 from atoll.evaluation.meeting import Meeting
 from atoll.evaluation.metric_check import MetricCheck
 from atoll.scheduling.base import Verdict
@@ -91,6 +91,7 @@ class Context:
         self._services = services
         self._params: Mapping[str, Any] = params or {}
         self._about: Mapping[str, Any] = about or {}
+        self._calls: CheckpointCalls | None = None
         self.individual_id = individual_id
         self.interrupted = False
         """Set when :meth:`report` told the objective to stop because the job is stopping."""
@@ -267,7 +268,9 @@ class Context:
         (``.individual``, ``.epoch``): known once :meth:`load_checkpoint` returned that state
         (or, for an evaluation continued from its own checkpoint, from its earlier part). An
         objective continues numbering epochs after ``.epoch``. None: it trains from scratch."""
-        return self._checkpoints.inherited
+        if self._calls is None:  # no checkpoint call: the lineage it came with, if any
+            return lineage_of(self._about)
+        return self._calls.inherited
 
     def decline_inherited(self, reason: str) -> None:
         """Say that the state :meth:`load_checkpoint` inherited does not fit (e.g. the model's
@@ -275,6 +278,9 @@ class Context:
         shows no inheritance. Not collective; call it on every rank that loaded the state."""
         self._checkpoints.decline(reason)
 
-    @functools.cached_property
+    @property
     def _checkpoints(self) -> CheckpointCalls:
-        return CheckpointCalls(self._services, self.individual_id, self._about)
+        """Made by the first checkpoint call: an evaluation without one (most) pays nothing."""
+        if self._calls is None:
+            self._calls = CheckpointCalls(self._services, self.individual_id, self._about)
+        return self._calls

@@ -121,8 +121,9 @@ class CheckpointStore:
         """Delete the individual's checkpoint, and a command's own checkpoint directory (and
         its links to a parent's files, if a killed job left them): its evaluation completed
         (ok, failed, pruned). Called after every evaluation, so a run that never kept one pays a
-        single stat for it (the folder appears with the first)."""
-        if not os.path.isdir(self._folder):
+        single access check for it (the folder appears with the first): no stat, whose missing
+        folder would raise and catch an exception each time."""
+        if not os.access(self._folder, os.F_OK) or not os.path.isdir(self._folder):
             return
         self.paths.checkpoint_file(individual_id).unlink(missing_ok=True)
         shutil.rmtree(self.paths.command_checkpoint_dir(individual_id), ignore_errors=True)
