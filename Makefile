@@ -48,8 +48,7 @@ bench: $(STAMP)
 # The peers rows alone on all four layouts with 10 seeds (hours): benchmarks/RESULTS-full.md.
 # Each search's result is kept in benchmarks/.cache/peers/: a run stopped part-way goes on.
 bench-full: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only peers --peers full --cache benchmarks/.cache/peers \
-		--output benchmarks/RESULTS-full.md
+	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md --cache benchmarks/.cache/peers
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
 # training (about half an hour on 2 cores), and Ray Tune's ASHA as a peer on the learning-curve

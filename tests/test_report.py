@@ -349,7 +349,7 @@ def test_importances_sum_to_one_and_rank_the_only_parameter_that_matters_first(t
     scores = importances(open_run(run_dir))
     assert sorted(scores) == ["act", "layers", "lr"]
     assert sum(scores.values()) == pytest.approx(1.0)
-    assert list(scores)[0] == "lr" and scores["lr"] > 0.8, scores
+    assert list(scores)[0] == "lr" and scores["lr"] > 0.5, scores  # more than the rest together
     assert list(scores.values()) == sorted(scores.values(), reverse=True)
     done = without("sklearn", str(run_dir), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
