@@ -287,7 +287,9 @@ def test_a_resume_takes_the_holds_over_and_drops_the_first_jobs(exchanged):
         assert not any(LOST in p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
     left = set(RunPaths(run_dir).checkpoint_files())
     assert left == set(held(run_dir))
-    if mode == "pollination":  # with migration, see the note of 2026-11-26: not yet exact
+    # With migration a worker was once seen still holding its own result at the end while the
+    # record's island best had lost its checkpoint: not yet understood, so not asserted there.
+    if mode == "pollination":
         assert left == wanted_at_the_end(run_dir, 2)
     assert all(name.startswith("job001-") for names in held(run_dir).values()
                for name in names)
