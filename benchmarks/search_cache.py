@@ -54,15 +54,16 @@ class SearchCache:
         self.reused: list[str] = []
         self.measured = 0
 
-    def key(self, side: str, task: dict[str, Any]) -> str:
+    def _path(self, side: str, task: dict[str, Any]) -> Path:
+        """The entry's file, named by the hash of the side, its code and the task."""
         if side not in self.fingerprints:
             self.fingerprints[side] = code_fingerprint(side)
         what = {k: v for k, v in task.items() if k != "run_dir"}
         text = json.dumps([side, self.fingerprints[side], what], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        return self.directory / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
 
     def get(self, side: str, task: dict[str, Any]) -> dict[str, Any] | None:
-        path = self.directory / f"{self.key(side, task)}.json"
+        path = self._path(side, task)
         try:
             entry = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -73,7 +74,7 @@ class SearchCache:
     def put(self, side: str, task: dict[str, Any], result: dict[str, Any]) -> None:
         """Write the entry whole or not at all (a kill mid-write leaves no half file)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{self.key(side, task)}.json"
+        path = self._path(side, task)
         entry = {"measured": datetime.datetime.now().isoformat(timespec="minutes"),
                  "result": result}
         partial = path.with_suffix(".part")
