@@ -13,10 +13,13 @@ imports atoll.objectives.classifier, atoll.objectives.data and spirals.py), in t
   (quantile 0.25, resample 0.25, factors 0.8 and 1.2: Atoll's too); checkpoints are tensors
   in a ``.npz``, through Ray's Checkpoint API.
 
-Equal resources: each trial is a Ray Train TorchTrainer of 2 CPU workers (DDP, gloo), 2 trials
-at a time, as Atoll's 4 ranks in 2 workers of 2. Each search stops once BUDGET epochs are
-reported (one report per epoch trained, counted in the order reported); Ray's own start-up of
-trials and workers is part of its wall time, not of the budget.
+Equal resources: each trial is a Ray Train TorchTrainer (its V1 API, which Tune's PBT can
+checkpoint) of 2 CPU workers (DDP, gloo), 2 trials at a time, as Atoll's 4 ranks in 2 workers
+of 2. Each search stops once BUDGET epochs are reported (one report per epoch trained, counted
+in the order reported); Ray's own start-up of trials and workers (a new trainer and process
+group for every trial, and for every PBT member each time it is resumed) is part of its wall
+time, not of the budget. That start-up makes the Ray searches take hours here: not in ``make
+bench``.
 
 Rows (reports, no target), medians over the seeds, per task and scheduler: the epochs until
 Atoll's and Ray's reached the full-training GA's median best validation accuracy, and the best
