@@ -90,6 +90,7 @@ def scheduler_of(task: dict[str, Any]) -> tuple[Any, int, int]:
 
 
 def search(task: dict[str, Any], storage: str) -> dict[str, Any]:
+    """One Tuner run of the task (its scheduler, seed and budget); what it reported."""
     random.seed(task["seed"])  # PBT's explore draws from Python's generator
     scheduler, samples, epochs = scheduler_of(task)
     space = {"dataset": task["dataset"], "batch_size": task["batch_size"],
@@ -110,6 +111,12 @@ def search(task: dict[str, Any], storage: str) -> dict[str, Any]:
                              verbose=0, checkpoint_config=CheckpointConfig(num_to_keep=4)))
     started = time.time()
     results = tuner.fit()
+    return {**reported(results), "seconds": time.time() - started}
+
+
+def reported(results: tune.ResultGrid) -> dict[str, list[Any]]:
+    """Every epoch's report (accuracy, wall time) and, per trial that trained, the epochs it
+    reported (numbered on from any checkpoint it started from) and its ranks."""
     reports, trials = [], []
     for result in results:
         frame = result.metrics_dataframe
@@ -119,7 +126,7 @@ def search(task: dict[str, Any], storage: str) -> dict[str, Any]:
                     for t, a in zip(frame["time"], frame["val_accuracy"], strict=True)]
         trials.append({"epochs": [int(e) for e in frame["epoch"]],
                        "ranks": sorted({int(r) for r in frame["ranks"]})})
-    return {"reports": reports, "trials": trials, "seconds": time.time() - started}
+    return {"reports": reports, "trials": trials}
 
 
 if __name__ == "__main__":
