@@ -101,6 +101,8 @@ def search(task: dict[str, Any], storage: str) -> dict[str, Any]:
                            scaling_config=ScalingConfig(num_workers=TRIAL_RANKS, use_gpu=False,
                                                         trainer_resources={"CPU": 0}))
     name = f"{task['task']}-{task['scheduler']}-{task['seed']}"
+    # Every checkpoint is kept (tens of kilobytes each): a member that PBT paused may exploit
+    # another's checkpoint many epochs later, and Ray fails a trial whose source is gone.
     tuner = tune.Tuner(
         trainer, param_space={"train_loop_config": space},
         tune_config=tune.TuneConfig(
@@ -108,16 +110,18 @@ def search(task: dict[str, Any], storage: str) -> dict[str, Any]:
             max_concurrent_trials=WORKERS,
             search_alg=BasicVariantGenerator(random_state=task["seed"])),
         run_config=RunConfig(stop=Budget(task["budget"]), storage_path=storage, name=name,
-                             verbose=0, checkpoint_config=CheckpointConfig(num_to_keep=4)))
+                             verbose=0, checkpoint_config=CheckpointConfig(num_to_keep=None)))
     started = time.time()
     results = tuner.fit()
     return {**reported(results), "seconds": time.time() - started}
 
 
-def reported(results: tune.ResultGrid) -> dict[str, list[Any]]:
-    """Every epoch's report (accuracy, wall time) and, per trial that trained, the epochs it
-    reported (numbered on from any checkpoint it started from) and its ranks."""
+def reported(results: tune.ResultGrid) -> dict[str, Any]:
+    """Every epoch's report (accuracy, wall time), per trial that trained, the epochs it
+    reported (numbered on from any checkpoint it started from) and its ranks, and the last line
+    of each failed trial's error (the exception's message)."""
     reports, trials = [], []
+    errors = [(str(r.error).strip().splitlines() or ["?"])[-1] for r in results if r.error]
     for result in results:
         frame = result.metrics_dataframe
         if frame is None or not len(frame):
@@ -126,7 +130,7 @@ def reported(results: tune.ResultGrid) -> dict[str, list[Any]]:
                     for t, a in zip(frame["time"], frame["val_accuracy"], strict=True)]
         trials.append({"epochs": [int(e) for e in frame["epoch"]],
                        "ranks": sorted({int(r) for r in frame["ranks"]})})
-    return {"reports": reports, "trials": trials}
+    return {"reports": reports, "trials": trials, "errors": errors}
 
 
 if __name__ == "__main__":

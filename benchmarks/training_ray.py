@@ -146,6 +146,10 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         results = run_ray(scratch, tasks)
     ray: dict[str, dict[str, list[Curve]]] = {task: {m: [] for m in PEERS} for task in reuse.TASKS}
     for task, result in zip(tasks, results, strict=True):
+        if result["errors"]:
+            raise RuntimeError(f"Ray Tune, {task['task']}, {task['scheduler']}, seed "
+                               f"{task['seed']}: {len(result['errors'])} trials failed, the "
+                               f"first: {result['errors'][0]}")
         ray[task["task"]][task["scheduler"]].append(ray_curve(result["reports"]))
         longest = max((len(t["epochs"]) for t in result["trials"]), default=0)
         notes.append(f"Ray Tune, {task['task']}, {task['scheduler']}, seed {task['seed']}: "

@@ -116,6 +116,7 @@ def test_a_tiny_ray_search_of_each_scheduler_trains_ddp_trials_and_pbt_continues
              if t["task"] == "digits"]
     results = peer.run_ray(tmp_path, tasks)
     for task, result in zip(tasks, results, strict=True):
+        assert result["errors"] == [], result["errors"]
         assert len(result["reports"]) >= task["budget"], task["scheduler"]
         assert all(t["ranks"] == [2] for t in result["trials"])
         curve = peer.ray_curve(result["reports"], task["budget"])
