@@ -51,10 +51,11 @@ bench-full: $(STAMP)
 	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md --cache benchmarks/.cache/peers
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
-# training (about half an hour on 2 cores), and Ray Tune's ASHA as a peer on the learning-curve
-# task: benchmarks/RESULTS-training.md.
+# training (about an hour on 2 cores), Ray Tune's ASHA and PBT as peers on the same tasks
+# (hours: Ray starts a trainer per trial) and its ASHA on the learning-curve task:
+# benchmarks/RESULTS-training.md.
 bench-training: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only training_reuse,fidelity_ray --output benchmarks/RESULTS-training.md
+	$(BIN)/python benchmarks/run.py --only training_reuse,training_ray,fidelity_ray --output benchmarks/RESULTS-training.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests benchmarks

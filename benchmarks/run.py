@@ -4,12 +4,13 @@
                                         quality,propagators,recording,strategies,
                                         strategy_costs,scheduler_costs,pruning,fidelity,
                                         continuation,checkpoints,command_costs,peers,
-                                        training_reuse,fidelity_ray]
+                                        training_reuse,training_ray,fidelity_ray]
 
 Sets up benchmarks/.venv-propulate (and, for the peers rows, benchmarks/.venv-optuna; for Ray
 Tune's, benchmarks/.venv-ray) if missing, runs every measurement (each module's ``run``),
-prints the table and writes benchmarks/RESULTS.md. ``training_reuse`` and ``fidelity_ray``
-(tens of minutes each) run only when named (``make bench-training``). Each side runs under
+prints the table and writes benchmarks/RESULTS.md. ``training_reuse``, ``training_ray`` and
+``fidelity_ray`` (tens of minutes or hours each) run only when named (``make bench-training``;
+``training_ray`` after ``training_reuse`` reuses its searches). Each side runs under
 Open MPI's mpirun (``--oversubscribe --bind-to none``), Atoll from .venv, the peers from their
 own venvs.
 """
@@ -43,6 +44,7 @@ import startup
 import strategies
 import strategy_costs
 import throughput
+import training_ray
 import training_reuse
 from common import Row
 from search_cache import SearchCache
@@ -54,8 +56,9 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
                 "strategy_costs": strategy_costs, "scheduler_costs": scheduler_costs,
                 "pruning": pruning, "fidelity": fidelity, "continuation": continuation,
                 "checkpoints": checkpoints, "command_costs": command_costs, "peers": peers,
-                "training_reuse": training_reuse, "fidelity_ray": fidelity_ray}
-OPT_IN = ("training_reuse", "fidelity_ray")
+                "training_reuse": training_reuse, "training_ray": training_ray,
+                "fidelity_ray": fidelity_ray}
+OPT_IN = ("training_reuse", "training_ray", "fidelity_ray")
 """Measurements left out unless ``--only`` names them (their own make target)."""
 DEFAULT = [name for name in MEASUREMENTS if name not in OPT_IN]
 HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")

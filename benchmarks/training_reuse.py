@@ -102,6 +102,9 @@ max_epochs = {epochs}
 """
 
 Curve = np.ndarray  # the best validation accuracy so far after each epoch trained
+SEARCHED: dict[tuple[str, str, int], Curve] = {}
+"""Every curve this process measured, by (task, method, seed): training_ray.py, run after this
+module in the same process (make bench-training), compares Ray Tune with these very searches."""
 
 
 def write_config(folder: Path, task: str, epochs: int = EPOCHS) -> Path:
@@ -201,6 +204,7 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
                 for method, settings in METHODS.items():
                     folder = scratch / f"{task}-{method}-{seed}".replace(" ", "_").replace(",", "")
                     path = search(folder, config, seed, settings)
+                    SEARCHED[(task, method, seed)] = path
                     curves[method].append(path)
                     if method == "full GA":
                         rising.append(still_rising(folder))

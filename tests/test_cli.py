@@ -205,7 +205,7 @@ def test_make_targets_resolve_to_the_commands_the_readme_names():
     assert "benchmarks/run.py\n" in planned["bench"].stdout
     assert ("benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md "
             "--cache benchmarks/.cache/peers\n") in planned["bench-full"].stdout
-    assert ("benchmarks/run.py --only training_reuse,fidelity_ray --output "
+    assert ("benchmarks/run.py --only training_reuse,training_ray,fidelity_ray --output "
             "benchmarks/RESULTS-training.md") \
         in planned["bench-training"].stdout
 
