@@ -22,6 +22,7 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
+from ray_budget import Budget
 
 WORKERS = 4
 
@@ -30,21 +31,6 @@ def train(config: dict[str, float]) -> None:
     x = tuple(config[name] for name in task.NAMES)
     for epoch in range(task.MAX_EPOCHS):
         tune.report({"loss": task.loss_at(x, epoch), "epoch": epoch + 1, "t": time.time()})
-
-
-class Budget(tune.Stopper):
-    """Stops the whole run once ``budget`` epochs are reported, over all trials."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.spent = 0
-
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        self.spent += 1
-        return False
-
-    def stop_all(self) -> bool:
-        return self.spent >= self.budget
 
 
 def search(seed: int, budget: int, storage: str) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from ray.train import CheckpointConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining  # noqa: E402
 from ray.tune.search.basic_variant import BasicVariantGenerator  # noqa: E402
+from ray_budget import Budget  # noqa: E402
 from ray_training_member import member  # noqa: E402
 
 WORKERS = 2
@@ -39,21 +40,6 @@ TRIAL_RANKS = 2
 POPULATION = 4
 EXPLORED = ("lr", "gamma", "activation")
 """What PBT explores: the parameters that keep the model's shapes, as Atoll's PBT does."""
-
-
-class Budget(tune.Stopper):
-    """Stops the whole run once ``budget`` epochs are reported, over all trials."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.spent = 0
-
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        self.spent += 1
-        return False
-
-    def stop_all(self) -> bool:
-        return self.spent >= self.budget
 
 
 def domains(space: dict[str, list[Any]]) -> dict[str, Any]:
