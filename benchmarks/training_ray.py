@@ -38,7 +38,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import training_reuse as reuse
 from common import HERE, RAY_PYTHON, Row, ensure_ray_venv, mpi_env
 from training_reuse import BUDGET, SEEDS, Curve, best_within, epochs_to
@@ -56,8 +55,8 @@ def atoll_curves(scratch: Path, task: str) -> dict[str, list[Curve]]:
         for seed in SEEDS:
             key = (task, method, seed)
             if key not in reuse.SEARCHED:
-                folder = scratch / f"{task}-{method}-{seed}".replace(" ", "_")
-                reuse.SEARCHED[key] = reuse.search(folder, config, seed, reuse.METHODS[method])
+                reuse.SEARCHED[key] = reuse.search(reuse.search_folder(scratch, task, method, seed),
+                                                   config, seed, reuse.METHODS[method])
             curves.setdefault(method, []).append(reuse.SEARCHED[key])
     return curves
 
@@ -86,9 +85,7 @@ def ray_curve(reports: list[dict[str, float]], budget: int = BUDGET) -> Curve:
     """The running best validation accuracy over Ray's reports in the order made, cut at
     ``budget`` (a search may report a few epochs more while it stops)."""
     ordered = sorted(reports, key=lambda r: r["time"])[:budget]
-    accuracy = np.nan_to_num(np.array([r["val_accuracy"] for r in ordered], dtype=float),
-                             nan=0.0)
-    return np.maximum.accumulate(accuracy) if len(accuracy) else accuracy
+    return reuse.running_best([r["val_accuracy"] for r in ordered])
 
 
 def run_ray(scratch: Path, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,7 +114,7 @@ def judge(task: str, atoll: dict[str, list[Curve]], ray: dict[str, list[Curve]]
         theirs = statistics.median(epochs_to(p, target) for p in ray[method])
         rows.append(Row(f"{head}: epochs until {method} reached the full GA's median best "
                         f"validation accuracy {target:.4f}, Atoll's against Ray's {scheduler}",
-                        reuse._epochs(mine), reuse._epochs(theirs), _ratio(mine, theirs),
+                        reuse.epochs_text(mine), reuse.epochs_text(theirs), _ratio(mine, theirs),
                         "report"))
         best = [statistics.median(best_within(p, BUDGET) for p in side[method])
                 for side in (atoll, ray)]
@@ -125,7 +122,7 @@ def judge(task: str, atoll: dict[str, list[Curve]], ray: dict[str, list[Curve]]
                         f"Atoll's against Ray's {scheduler}", f"{best[0]:.4f}", f"{best[1]:.4f}",
                         f"{best[0] - best[1]:+.4f}", "report"))
     seen = "; ".join(f"{side} {m}: " + ", ".join(
-        f"{best_within(p, BUDGET):.4f} (target after {reuse._epochs(epochs_to(p, target))})"
+        f"{best_within(p, BUDGET):.4f} (target after {reuse.epochs_text(epochs_to(p, target))})"
         for p in curves[m]) for side, curves in (("Atoll", atoll), ("Ray", ray)) for m in PEERS)
     return rows, f"Ray Tune as a peer, {task}: best accuracy per seed: {seen}"
 

@@ -149,8 +149,18 @@ def curve(run_dir: Path) -> Curve:
     from atoll.record import open_run
 
     epochs = open_run(run_dir).epochs
-    accuracy = epochs["val_accuracy"][np.argsort(epochs["time"], kind="stable")]
-    return np.maximum.accumulate(np.nan_to_num(accuracy, nan=0.0))
+    return running_best(epochs["val_accuracy"][np.argsort(epochs["time"], kind="stable")])
+
+
+def running_best(accuracy: Any) -> Curve:
+    """The best validation accuracy so far after each epoch, in the order given (an epoch
+    without one counts as 0): every side's curve, Atoll's and its peers'."""
+    return np.maximum.accumulate(np.nan_to_num(np.asarray(accuracy, dtype=float), nan=0.0))
+
+
+def search_folder(scratch: Path, task: str, method: str, seed: int) -> Path:
+    """Where one of Atoll's searches of these rows keeps its record."""
+    return scratch / f"{task}-{method}-{seed}".replace(" ", "_").replace(",", "")
 
 
 def best_within(path: Curve, epochs: int) -> float:
@@ -175,7 +185,7 @@ def judge(task: str, curves: dict[str, list[Curve]]) -> tuple[list[Row], str]:
             f"medians; {BUDGET} epochs each")
     rows = [Row(f"{head}): epochs until ASHA (Atoll) and the full-training GA (other) reached the "
                 f"full GA's median best validation accuracy {target:.4f}; ratio: ASHA's epochs "
-                f"over the full GA's {spent:.0f}", _epochs(asha), _epochs(ga_needed),
+                f"over the full GA's {spent:.0f}", epochs_text(asha), epochs_text(ga_needed),
                 f"{asha / spent:.2f}", f"<= {ASHA_SHARE:.2f}", asha <= ASHA_SHARE * spent)]
     for method in ("GA, inherited weights", "PBT"):
         rows.append(Row(f"{head}): best validation accuracy within {BUDGET} epochs, {method} "
@@ -187,7 +197,7 @@ def judge(task: str, curves: dict[str, list[Curve]]) -> tuple[list[Row], str]:
     return rows, f"training reuse, {task}: best accuracy and epochs trained per seed: {seen}"
 
 
-def _epochs(value: float) -> str:
+def epochs_text(value: float) -> str:
     return f"{value:.0f} epochs" if math.isfinite(value) else "never"
 
 
@@ -202,7 +212,7 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
             rising: list[list[float]] = []
             for seed in SEEDS:
                 for method, settings in METHODS.items():
-                    folder = scratch / f"{task}-{method}-{seed}".replace(" ", "_").replace(",", "")
+                    folder = search_folder(scratch, task, method, seed)
                     path = search(folder, config, seed, settings)
                     SEARCHED[(task, method, seed)] = path
                     curves[method].append(path)

@@ -69,16 +69,12 @@ def test_a_ray_curve_is_the_running_best_in_report_order_cut_at_the_budget():
     assert len(peer.ray_curve([], budget=3)) == 0
 
 
-def flat(values: list[float]) -> np.ndarray:
-    return np.maximum.accumulate(np.asarray(values))
-
-
 def test_the_rows_set_each_atoll_method_against_its_ray_scheduler():
     budget = reuse.BUDGET
-    full = [flat(np.linspace(0.1, top, budget)) for top in (0.5, 0.6, 0.7)]
-    early = [flat([0.1] * 29 + [0.65] * (budget - 29)) for _ in range(3)]
-    late = [flat([0.1] * 59 + [0.62] * (budget - 59)) for _ in range(3)]
-    never = [flat([0.1] * budget) for _ in range(3)]
+    full = [reuse.running_best(np.linspace(0.1, top, budget)) for top in (0.5, 0.6, 0.7)]
+    early = [reuse.running_best([0.1] * 29 + [0.65] * (budget - 29)) for _ in range(3)]
+    late = [reuse.running_best([0.1] * 59 + [0.62] * (budget - 59)) for _ in range(3)]
+    never = [reuse.running_best([0.1] * budget) for _ in range(3)]
     rows, note = peer.judge("t", {"full GA": full, "ASHA": early, "PBT": never},
                             {"ASHA": late, "PBT": early})
     assert len(rows) == 4 and all(r.passed is None and r.target == "report" for r in rows)
@@ -94,7 +90,7 @@ def test_the_rows_set_each_atoll_method_against_its_ray_scheduler():
 
 
 def test_atolls_curves_are_the_searches_training_reuse_made_in_this_process(tmp_path):
-    made = {(task, method, seed): flat([0.1 * seed, 0.2 * seed])
+    made = {(task, method, seed): reuse.running_best([0.1 * seed, 0.2 * seed])
             for task in reuse.TASKS for method in reuse.METHODS for seed in reuse.SEEDS}
     reuse.SEARCHED.update(made)
     try:

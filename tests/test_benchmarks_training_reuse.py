@@ -61,16 +61,12 @@ def test_every_method_is_a_valid_configuration(tmp_path, task, method):
     assert config.inherits == (method in ("PBT", "GA, inherited weights"))
 
 
-def flat(values: list[float]) -> np.ndarray:
-    return np.maximum.accumulate(np.asarray(values))
-
-
 def test_the_verdicts_follow_the_curves():
     budget = reuse.BUDGET
-    full = [flat(np.linspace(0.1, top, budget)) for top in (0.5, 0.6, 0.7)]
-    early = [flat([0.1] * 20 + [0.65] * (budget - 20)) for _ in range(3)]
-    late = [flat([0.1] * (budget - 1) + [0.65]) for _ in range(3)]
-    worse = [flat([0.1] * budget) for _ in range(3)]
+    full = [reuse.running_best(np.linspace(0.1, top, budget)) for top in (0.5, 0.6, 0.7)]
+    early = [reuse.running_best([0.1] * 20 + [0.65] * (budget - 20)) for _ in range(3)]
+    late = [reuse.running_best([0.1] * (budget - 1) + [0.65]) for _ in range(3)]
+    worse = [reuse.running_best([0.1] * budget) for _ in range(3)]
     rows, note = reuse.judge("t", {"full GA": full, "ASHA": early,
                                    "GA, inherited weights": early, "PBT": worse})
     assert [r.passed for r in rows] == [True, True, False]
