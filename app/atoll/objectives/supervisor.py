@@ -28,14 +28,7 @@ _LEFT_TO_THE_COMMAND = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIG
                         signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-class _Ending(Exception):
-    """:data:`END` arrived."""
-
-
-def _end(signum: int, frame: object) -> None:
-    raise _Ending
+_AWAITED = {END, signal.SIGCHLD}
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -48,27 +41,26 @@ def main(argv: list[str]) -> int:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                       ctypes.c_ulong]
     prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    signal.signal(END, _end)
+    # END and SIGCHLD stay blocked and are taken with sigwaitinfo, never by a handler: the
+    # death signal comes once for every thread of the rank that dies, and a handler that raised
+    # would be interrupted by the next one.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _AWAITED)
     for sig in _LEFT_TO_THE_COMMAND:
         signal.signal(sig, _ignore)
-    try:
-        prctl(_PR_SET_PDEATHSIG, int(END), 0, 0, 0)
-        if os.getppid() != rank:  # the rank died before the request
-            raise _Ending
-        command = _spawn(argv[3:], status)
-        if command is None:
-            return 127
-        return _follow(command)
-    except _Ending:
-        _end_all()
+    prctl(_PR_SET_PDEATHSIG, int(END), 0, 0, 0)
+    if os.getppid() != rank:  # the rank died before the request
         return -signal.SIGKILL
+    command = _spawn(argv[3:], status)
+    if command is None:
+        return 127
+    return _follow(command)
 
 
 def _spawn(command: list[str], status: int) -> int | None:
-    """Start the command; its pid, or None (its errno said on ``status``)."""
+    """Start the command (no signal blocked); its pid, or None (its errno said on ``status``)."""
     os.set_inheritable(status, False)
     try:
-        pid = os.posix_spawnp(command[0], command, os.environ)
+        pid = os.posix_spawnp(command[0], command, os.environ, setsigmask=())
     except OSError as exc:
         os.write(status, str(exc.errno or 0).encode())
         os.close(status)
@@ -82,18 +74,29 @@ def _spawn(command: list[str], status: int) -> int | None:
 
 
 def _follow(command: int) -> int:
-    """Wait for the command, end what it left; its exit status (-N: killed by signal N)."""
-    while True:
-        pid, status = os.waitpid(-1, 0)  # orphans of the command come here too
-        if pid == command:
+    """Wait for the command or :data:`END`, end what is left; the command's exit status (-N:
+    killed by signal N)."""
+    while (code := _exit_of(command)) is None:
+        if signal.sigwaitinfo(_AWAITED).si_signo == END:
+            code = -signal.SIGKILL
             break
     _end_all()
-    return os.waitstatus_to_exitcode(status)
+    return code
+
+
+def _exit_of(command: int) -> int | None:
+    """Reap what has exited (orphans of the command come here too); the command's exit
+    status once it is among them."""
+    while True:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return None
+        if pid == command:
+            return os.waitstatus_to_exitcode(status)
 
 
 def _end_all() -> None:
     """SIGKILL to every process below this one, until none is left."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, [END])
     while True:
         try:  # quick when nothing is left: no child of a subreaper, no descendant
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -135,7 +138,8 @@ def _descendants(top: int) -> list[int]:
 def _exit_as(code: int) -> None:
     """Exit with ``code``, or be killed by signal ``-code``, as the command was."""
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:  # which has no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
         os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 128 - code)
