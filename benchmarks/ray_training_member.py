@@ -53,7 +53,7 @@ def member(config: dict[str, Any]) -> None:
                                             config["seed"])
     for epoch in range(first, config["epochs"]):
         sampler.set_epoch(epoch)
-        classifier._train_epoch(replica, loader, optimizer, torch.device("cpu"))
+        classifier.train_epoch(replica, loader, optimizer, torch.device("cpu"))
         scheduler.step()
         loss, accuracy = classifier.evaluate_whole_set(model, validation)
         metrics = {"val_accuracy": accuracy, "val_loss": loss, "epoch": epoch + 1,

@@ -156,7 +156,7 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
         started = time.perf_counter()
         sampler.set_epoch(epoch)
         lr = float(scheduler.get_last_lr()[0])
-        train_sum, seen = _train_epoch(replica, loader, optimizer, device)
+        train_sum, seen = train_epoch(replica, loader, optimizer, device)
         scheduler.step()
         train_seconds = time.perf_counter() - started
         val_loss, val_acc = evaluate_whole_set(model, validation, ctx, opts["eval_batch_size"])
@@ -265,9 +265,10 @@ def _shape_mismatch(model: nn.Module, state: Mapping[str, Any]) -> str:
     return ""
 
 
-def _train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimizer,
-                 device: Any) -> tuple[float, float]:
-    """One pass over this rank's shard: (loss sum, samples), both local to this rank."""
+def train_epoch(replica: nn.Module, loader: Any, optimizer: torch.optim.Optimizer,
+                device: Any) -> tuple[float, float]:
+    """One pass over this rank's shard: (loss sum, samples), both local to this rank. Public:
+    the Ray peer in benchmarks/ trains with this very step."""
     replica.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     seen = 0
