@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from typing import Any
 
 import learning_curves as task
-import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
-from ray_budget import Budget
+from ray_budget import Budget, ray_started
 
 WORKERS = 4
 
@@ -59,9 +57,7 @@ def search(seed: int, budget: int, storage: str) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     tasks = json.loads(open(sys.argv[1]).read())
-    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    with tempfile.TemporaryDirectory(prefix="ray-fidelity-") as storage:
+    with ray_started(WORKERS, "ray-fidelity-") as storage:
         out = [search(t["seed"], t["budget"], storage) for t in tasks]
     with open(sys.argv[2], "w") as f:
         json.dump(out, f)

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,12 @@ from typing import Any
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
 os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 
-import ray  # noqa: E402
 from ray import tune  # noqa: E402
 from ray.train import CheckpointConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining  # noqa: E402
 from ray.tune.search.basic_variant import BasicVariantGenerator  # noqa: E402
-from ray_budget import Budget  # noqa: E402
+from ray_budget import Budget, ray_started  # noqa: E402
 from ray_training_member import member  # noqa: E402
 
 WORKERS = 2
@@ -121,8 +119,6 @@ def reported(results: tune.ResultGrid) -> dict[str, Any]:
 
 if __name__ == "__main__":
     tasks = json.loads(Path(sys.argv[1]).read_text())
-    ray.init(num_cpus=WORKERS * TRIAL_RANKS, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    with tempfile.TemporaryDirectory(prefix="ray-training-") as storage:
+    with ray_started(WORKERS * TRIAL_RANKS, "ray-training-") as storage:
         out = [search(t, storage) for t in tasks]
     Path(sys.argv[2]).write_text(json.dumps(out))
