@@ -158,7 +158,8 @@ GresTypes=gpu
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
-KillWait=5
+# SLURM's default: saving a search on a loaded 2-core host can take more than 5 s
+KillWait=30
 MinJobAge=600
 {nodes}
 PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP \
