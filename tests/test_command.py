@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
+from atoll.objectives.child import _started
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.objectives.supervisor import END
 from atoll.record import RunPaths, open_run, read_history
@@ -531,31 +531,24 @@ def test_every_process_below_a_rank_killed_with_sigkill_ends(tmp_path, own_sessi
     assert not left
 
 
-def test_the_supervisor_ends_everything_below_it_however_often_the_end_signal_comes():
+def test_the_supervisor_ends_everything_below_it_however_often_the_end_signal_comes(tmp_path):
     """The death signal comes once for every thread of a dying rank: the supervisor takes each
     of a burst (its default action would end the supervisor alone) and still ends the shell
-    and its script before it exits as killed."""
-    status, said = os.pipe()
-    supervisor = subprocess.Popen(
-        [sys.executable, "-S", "-I", str(ROOT / "app" / "atoll" / "objectives" / "supervisor.py"),
-         str(os.getpid()), str(said), "sh", "-c", "sleep 600 & wait"], pass_fds=(said,),
-        start_new_session=True)
-    os.close(said)
-    with os.fdopen(status, "rb") as answer:
-        assert answer.read() == b""  # started
-    deadline = time.monotonic() + 30
-    while len(below := descendants(supervisor.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    for _ in range(20):
-        os.kill(supervisor.pid, END)
-        time.sleep(0.002)
-    try:
-        assert supervisor.wait(timeout=30) == -signal.SIGKILL
-        assert not [pid for pid in below if alive(pid)]
-    finally:
-        for pid in below:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    and its script before it exits as killed. Started as a rank starts it, this test the rank."""
+    with _started(["sh", "-c", "sleep 600 & wait"], os.environ, tmp_path) as supervisor:
+        deadline = time.monotonic() + 30
+        while len(below := descendants(supervisor.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(20):
+            os.kill(supervisor.pid, END)
+            time.sleep(0.002)
+        try:
+            assert supervisor.wait(timeout=30) == -signal.SIGKILL
+            assert not [pid for pid in below if alive(pid)]
+        finally:
+            for pid in below:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
