@@ -10,12 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from atoll.config import PruningConfig
-from atoll.individual import Status
+from atoll.config import MigrationConfig, PruningConfig
+from atoll.engine.island import IslandLoop, breeding_rng
+from atoll.engine.memory import MemoryPost, MemoryRecorder
+from atoll.engine.topology import Layout
+from atoll.evolution import ga_strategy
+from atoll.individual import Individual, Status
 from atoll.record import open_run
 from atoll.scheduling import MedianRule, SuccessiveHalving, Verdict
 from atoll.scheduling.halving import is_rung
-from atoll.scheduling.worker import make_scheduler
+from atoll.scheduling.worker import WorkerScheduling, make_scheduler
+from atoll.space import Space
 from conftest import mpirun_atoll
 
 CONFIG = """seed = 5
@@ -177,6 +182,50 @@ def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp
     ind = open_run(run_dir).individuals
     early = ind[ind["generation"] < 10]
     assert (early["status"] == int(Status.PRUNED)).any()
+
+
+def partners(rule: str) -> tuple[list[WorkerScheduling], MemoryPost]:
+    """The schedulers of two one-rank workers of one island, each attached to its island loop
+    over the in-memory mailbox, as a job wires them."""
+    from mpi4py import MPI
+
+    post = MemoryPost(2)
+    space = Space.from_dict({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+    schedulers = []
+    for worker in range(2):
+        scheduling = WorkerScheduling(make_scheduler(PruningConfig(rule=rule, eta=2)),
+                                      "val_loss", MPI.COMM_SELF)
+        IslandLoop(layout=Layout(2, 1, 1), worker=worker, mailbox=post.mailbox(worker),
+                   strategy=ga_strategy(space, 4), evaluate=lambda ind: None,
+                   recorder=MemoryRecorder(), migration=MigrationConfig(),
+                   rng=breeding_rng(1, 0, worker), curves=scheduling)
+        schedulers.append(scheduling)
+    return schedulers, post
+
+
+@pytest.mark.parametrize("rule, outside", [("halving", Verdict.STOP),
+                                           ("asha", Verdict.PAUSE)])
+def test_rung_values_reach_the_island_partner_while_the_evaluations_run(rule, outside):
+    """Worker 1 reports 0.1 at the first rung; worker 0, in the middle of its own evaluation,
+    reports 0.9 there: with eta 2 and both values known, only the best goes on. Heard only
+    with worker 1's result, 0.9 would go on (one value known)."""
+    (first, second), post = partners(rule)
+    assert second.judge(1, 0, {"val_loss": 0.1}) == GO
+    assert second.judge(1, 2, {"val_loss": 0.05}) == GO  # no rung (rungs: epochs 0, 1, 3)
+    assert [m[2] for m in post.inboxes[0]] == [(1, [(0, 0.1)])]
+    assert first.judge(0, 0, {"val_loss": 0.9}) == outside
+    assert post.inboxes[0] == [] and [m[2] for m in post.inboxes[1]] == [(0, [(0, 0.9)])]
+    # Rung values went out as reported: a result carries no second copy of them.
+    assert second.shared(Individual(1, {"x": 0.1}, status=Status.OK)) == []
+
+
+def test_the_median_rule_shares_completed_curves_only_with_their_results():
+    (first, second), post = partners("median")
+    assert second.judge(1, 0, {"val_loss": 0.1}) == GO
+    assert post.inboxes[0] == []
+    assert second.shared(Individual(1, {"x": 0.1}, status=Status.OK)) == [(0, 0.1)]
+    assert second.judge(2, 0, {"val_loss": 0.3}) == GO
+    assert second.shared(Individual(2, {"x": 0.3}, status=Status.PRUNED)) == []
 
 
 def test_a_metric_never_reported_is_said_once_per_worker_with_what_was_reported(tmp_path):

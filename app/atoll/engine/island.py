@@ -39,8 +39,8 @@ class Mailbox(Protocol):
 
 
 class Curves(Protocol):
-    """What an island's schedulers share: each worker's completed curves travel with its
-    results to the island's other workers (no worker reads another's files)."""
+    """What an island's schedulers share, through the mailbox (no worker reads another's
+    files): a curve sent with its result, and values sent while the evaluation runs."""
 
     def shared(self, ind: Individual) -> Sequence[tuple[int, float]]:
         """The curve of this worker's evaluation ``ind`` to send with it (empty: none)."""
@@ -49,6 +49,17 @@ class Curves(Protocol):
     def hear(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
         """Part of a curve another worker of the island sent."""
         ...
+
+    def attach(self, partners: Partners) -> None:
+        """The loop's way to reach the island's other workers during an evaluation."""
+        ...
+
+
+class Partners(Protocol):
+    """What a scheduler may do mid-evaluation: send values now, take in what arrived."""
+
+    def send_now(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None: ...
+    def take_in(self) -> None: ...
 
 
 class Holds(Protocol):
@@ -147,6 +158,17 @@ class IslandLoop:
         self.stats = IslandStats()
         self._new = 0  # new individuals bred so far (continued ones keep their ids)
         self._until_emigration = self._emigration_gap()
+        if curves is not None:
+            curves.attach(self)
+
+    def send_now(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
+        """Part of the running evaluation ``ind_id``'s curve to the island's other workers."""
+        if self.peers:
+            self.mailbox.send_curve(ind_id, curve, self.peers)
+
+    def take_in(self) -> None:
+        """Handle what arrived, as between evaluations (during one: a scheduler's rung)."""
+        self.mailbox.poll(self._receive)
 
     def _emigration_gap(self) -> float:
         """Evaluations until this worker next sends emigrants: each evaluation is a Bernoulli
@@ -180,7 +202,7 @@ class IslandLoop:
         maybe send emigrants; the individual evaluated. Public so that a harness can drive
         several loops in one process in a schedule of its choosing
         (benchmarks/sequential_side.py)."""
-        self.mailbox.poll(self._receive)
+        self.take_in()
         ind = self._breed(generation)
         self.evaluate(ind)
         if generation == 0:
@@ -190,10 +212,10 @@ class IslandLoop:
         self._learn(ind)
         self.recorder.add_individual(ind)
         self.mailbox.send_individual(Tag.RESULT, ind, self.peers)
-        if self.curves is not None and self.peers:
+        if self.curves is not None:
             curve = self.curves.shared(ind)
             if curve:
-                self.mailbox.send_curve(ind.id, curve, self.peers)
+                self.send_now(ind.id, curve)
         self._until_emigration -= 1
         if self._until_emigration <= 0:
             self._emigrate()

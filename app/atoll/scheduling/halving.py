@@ -4,8 +4,8 @@ without promotion).
 Rungs lie after ``min_epochs * eta**k`` epochs (k = 0, 1, ...). An evaluation that reaches a rung
 goes on only if its metric there is among the best ``1/eta`` of the values the island recorded
 at that rung (at least the best one); while fewer than ``eta`` values are known at a rung,
-everything goes on. Values come from this worker's evaluations (whatever became of them) and from
-the completed curves of the rest of the island.
+everything goes on. Every value reported at a rung counts, whatever became of its evaluation:
+this worker's, and its island partners' as they report them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """A worker's scheduler wired into a job: the one object the runner builds for pruning.
 
-It restores the scheduler from the record on resume (the completed curves its island recorded),
-shares this worker's completed curves with the island's other workers and hears theirs (they
-travel with the results, through the island loop's mailbox: no worker reads another's files),
-and gives every rank of the worker the leader's verdict on each reported epoch, so that all
-ranks stop (or pause) at the same epoch boundary.
+It restores the scheduler from the record on resume (the curves its island recorded), shares
+this worker's curves with the island's other workers and hears theirs, and gives every rank of
+the worker the leader's verdict on each reported epoch, so that all ranks stop (or pause) at the
+same epoch boundary. Curves travel through the island loop's mailbox: no worker reads another's
+files. The median rule's references are completed curves, sent with their results. The rungs of
+successive halving are sent as they are reported: before judging a value at a rung, the leader
+takes in what its partners reported meanwhile, so that a rung fills as fast as the island
+reaches it, as in ASHA, where every worker sees every rung value at once.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from atoll.config import PruningConfig
+    from atoll.engine.island import Partners
     from atoll.engine.topology import Topology
     from atoll.job.plan import JobPlan
 
@@ -39,8 +43,9 @@ def make_scheduler(settings: PruningConfig) -> Scheduler:
     return SuccessiveHalving(settings) if settings.rule == "halving" else MedianRule(settings)
 
 
-SHARED = (Status.OK, Status.PAUSED, Status.PRUNED)
-"""The curves an island shares under ``asha``: every value reported at a rung counts."""
+AT_RUNGS = (Status.OK, Status.PAUSED, Status.PRUNED)
+"""The evaluations whose rung values count for successive halving, whatever became of them
+(restored from the record on resume)."""
 
 
 class WorkerScheduling:
@@ -51,6 +56,8 @@ class WorkerScheduling:
         self.metric = metric
         self.comm = comm
         self._curves: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        self._partners: Partners | None = None
+        self._halving = scheduler if isinstance(scheduler, SuccessiveHalving) else None
 
     @classmethod
     def for_job(cls, plan: JobPlan, paths: record.RunPaths, topo: Topology) -> WorkerScheduling:
@@ -65,18 +72,33 @@ class WorkerScheduling:
         """The leader's rungs when evaluations pause for promotion (``asha``), else None."""
         return self.scheduler if isinstance(self.scheduler, Asha) else None
 
+    def attach(self, partners: Partners) -> None:
+        """The leader's island loop, to reach the island's other workers mid-evaluation."""
+        self._partners = partners
+
     def judge(self, individual: int, epoch: int, metrics: Mapping[str, float]) -> Verdict:
         """Whether to go on, stop or pause now. Collective over the worker: the leader's
         scheduler decides and tells the others, so every rank acts at this epoch."""
         verdict = Verdict.CONTINUE
         if self.scheduler is not None:
             value = metrics.get(self.metric, math.nan)
+            partners = self._partners_at_rung(epoch, value)
+            if partners is not None:
+                partners.take_in()
             if value == value:
                 self._curves[individual].append((epoch, value))
             verdict = self.scheduler.on_report(individual, epoch, value)
+            if partners is not None:
+                partners.send_now(individual, [(epoch, value)])
         if self.comm.Get_size() > 1:
             verdict = Verdict(self.comm.bcast(int(verdict), root=0))
         return verdict
+
+    def _partners_at_rung(self, epoch: int, value: float) -> Partners | None:
+        """The island's other workers if ``value`` is a successive-halving rung value."""
+        if self._halving is None or value != value or not self._halving.is_rung(epoch):
+            return None
+        return self._partners
 
     def finished(self, ind: Individual) -> None:
         """Leader, after each evaluation: the scheduler hears how it ended."""
@@ -84,12 +106,11 @@ class WorkerScheduling:
             self.scheduler.on_complete(ind.id, completed=ind.status == Status.OK)
 
     def shared(self, ind: Individual) -> list[tuple[int, float]]:
-        """The curve of this worker's evaluation for the island's other workers: a completed
-        one (the references of every rule), and under ``asha`` a paused or pruned one too (its
-        rung values); empty otherwise. A promoted evaluation's curve holds only the epochs
-        this part trained."""
+        """The curve of this worker's evaluation for the island's other workers, sent with its
+        result: a completed one for the median rule; empty otherwise, and always under
+        successive halving, whose rung values went out as they were reported."""
         curve = self._curves.pop(ind.id, [])
-        return curve if ind.status in (SHARED if self.rungs else (Status.OK,)) else []
+        return curve if ind.status == Status.OK and self._halving is None else []
 
     def hear(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
         """Part of a curve from another worker of the island."""
@@ -109,7 +130,8 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Schedule
     run = record.open_run(paths.run_dir)
     ind, epochs = run.individuals, run.epochs
     island = topo.island
-    statuses = [int(s) for s in (SHARED if isinstance(scheduler, Asha) else (Status.OK,))]
+    rungs = isinstance(scheduler, SuccessiveHalving)
+    statuses = [int(s) for s in (AT_RUNGS if rungs else (Status.OK,))]
     done = ind["id"][np.isin(ind["status"], statuses)
                      & (ind["island"] % topo.layout.islands == island)]
     if settings.metric not in (epochs.dtype.names or ()):
