@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from atoll.config import MigrationConfig, PruningConfig
+from atoll.config import MigrationConfig, PruningConfig, load_config
 from atoll.engine.island import IslandLoop, breeding_rng
 from atoll.engine.memory import MemoryPost, MemoryRecorder
 from atoll.engine.topology import Layout
 from atoll.evolution import ga_strategy
 from atoll.individual import Individual, Status
-from atoll.record import open_run
+from atoll.record import RunPaths, open_run
 from atoll.scheduling import MedianRule, SuccessiveHalving, Verdict
 from atoll.scheduling.halving import is_rung
-from atoll.scheduling.worker import WorkerScheduling, make_scheduler
+from atoll.scheduling.worker import WorkerScheduling, _restored, make_scheduler
 from atoll.space import Space
 from conftest import mpirun_atoll
 
@@ -166,6 +167,24 @@ def test_a_resume_rebuilds_the_rule_from_the_record(tmp_path):
     early = ind[(ind["id"] >= 6) & (ind["id"] < 12)]
     assert (early["status"] == int(Status.PRUNED)).any()
     assert np.count_nonzero(ind["status"] != int(Status.INTERRUPTED)) == 14
+
+
+def test_a_resume_rebuilds_the_rungs_from_every_value_reported_there(tmp_path):
+    """Under halving a rung value counts whatever became of its evaluation, as partners heard
+    it during the job: the rebuilt rung holds the pruned individuals' values too."""
+    config = write_config(tmp_path, min_completed=3, rule="halving", random_init=1.0)
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir),
+                        "--set", "search.evaluations=10", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = open_run(run_dir)
+    assert (run.individuals["status"] == int(Status.PRUNED)).any()
+    plan = SimpleNamespace(config=load_config(config), resumed=True)
+    topo = SimpleNamespace(island=0, layout=Layout(2, 1, 1))
+    rungs = _restored(plan, RunPaths(run_dir), topo)  # type: ignore[arg-type]
+    first = run.epochs[run.epochs["epoch"] == 0]["val_loss"]
+    assert len(first) == len(run.individuals)
+    assert sorted(rungs._at_rung[0]) == sorted(first.tolist())  # type: ignore[union-attr]
 
 
 def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp_path):
