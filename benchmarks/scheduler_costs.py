@@ -45,7 +45,7 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         shown = " / ".join(f"{costs[n] * 1e6:.2f}" for n in ISLAND_SIZES)
         log(f"  {rule}: {shown} us per report at {ISLAND_SIZES} workers")
         rows.append(Row(
-            f"scheduler cost per report, {rule} rule, after the completed curves of an island of "
+            f"scheduler cost per report, {rule} rule, after the curves of an island of "
             f"{' / '.join(map(str, ISLAND_SIZES))} workers ({CURVES_PER_WORKER} curves of "
             f"{EPOCHS} epochs each; best of 3); ratio: largest / smallest island",
             f"{shown} us", "-", f"{large / small:.2g}", f"<= {GROWTH:g} x",

@@ -2,7 +2,7 @@
 
 A scheduler decides from per-epoch curves whether an evaluation goes on (Ray Tune's
 ``on_trial_result`` / ``on_trial_complete``, Optuna's pruners). It is pure: no MPI, no files.
-Its wiring into a job (restoring it from the record, hearing the island's completed curves,
+Its wiring into a job (restoring it from the record, hearing the island's curves,
 agreeing on a verdict across a worker's ranks) is :mod:`atoll.scheduling.worker`'s, so a new
 rule is one small class here and a name in ``pruning.rule``.
 
@@ -30,7 +30,8 @@ Curve = Iterable[tuple[int, float]]
 
 class Scheduler(Protocol):
     def learn(self, curve: Curve) -> None:
-        """A completed evaluation's curve from elsewhere on the island (a partner, the record)."""
+        """A curve, or part of one, from elsewhere on the island (a partner, the record): a
+        completed evaluation's for the median rule, any rung values for successive halving."""
         ...
 
     def on_report(self, individual: int, epoch: int, value: float) -> Verdict:

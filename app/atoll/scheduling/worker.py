@@ -122,7 +122,8 @@ class WorkerScheduling:
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Scheduler:
-    """The scheduler; on resume it has learned the completed curves its island recorded."""
+    """The scheduler; on resume it has learned the curves its island recorded (completed ones
+    for the median rule; every evaluation's rung values for successive halving)."""
     settings = plan.config.pruning
     scheduler = make_scheduler(settings)
     if not plan.resumed:
