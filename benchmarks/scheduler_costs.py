@@ -1,9 +1,9 @@
-"""What a scheduler's verdict on one report costs, against the curves its island completed.
+"""What a scheduler's verdict on one report costs, against the curves its island reported.
 
 Each rule (the median rule, successive halving) learns the curves of an island of ISLAND_SIZES
 workers (CURVES_PER_WORKER each, EPOCHS epochs, as partners send them), then judges REPORTS
-reports; the row gives the time per report at each size. The verdicts come
-from sorted references, so the cost does not grow with the island. Target: at the largest
+reports; the row gives the time per report at each size. The verdicts come from sorted
+references, so the cost does not grow with the island. Target: at the largest
 island, at most 3x the cost at the smallest (in one process, no MPI: the rule alone).
 """
 

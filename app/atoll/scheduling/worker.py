@@ -85,7 +85,7 @@ class WorkerScheduling:
             partners = self._partners_at_rung(epoch, value)
             if partners is not None:
                 partners.take_in()
-            if value == value:
+            if value == value and self._halving is None:  # halving sends its rungs now
                 self._curves[individual].append((epoch, value))
             verdict = self.scheduler.on_report(individual, epoch, value)
             if partners is not None:
@@ -108,9 +108,9 @@ class WorkerScheduling:
     def shared(self, ind: Individual) -> list[tuple[int, float]]:
         """The curve of this worker's evaluation for the island's other workers, sent with its
         result: a completed one for the median rule; empty otherwise, and always under
-        successive halving, whose rung values went out as they were reported."""
+        successive halving, whose rung values went out as they were reported (it keeps none)."""
         curve = self._curves.pop(ind.id, [])
-        return curve if ind.status == Status.OK and self._halving is None else []
+        return curve if ind.status == Status.OK else []
 
     def hear(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None:
         """Part of a curve from another worker of the island."""
