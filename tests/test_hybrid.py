@@ -94,18 +94,44 @@ def test_the_share_follows_the_strategy_that_finds_new_bests():
     assert breeder.cmaes_share == pytest.approx(hybrid.FLOOR)
 
 
+def test_a_new_best_earns_by_how_far_it_moves_the_best():
+    """The GA finds a new best with each of its results but moves the best by a millionth of
+    the island's spread; CMA-ES finds one with every other result and moves it by half the
+    spread. Counted as whole successes the GA would lead (1 against 1/2); earning by the gain,
+    CMA-ES leads and breeds all but the floor. A GA child that jumps by the whole spread or
+    more earns 1, no more."""
+    breeder, rng, population = fresh(), random.Random(0), Population()
+    for k in range(10):  # a population with a spread of 10 losses from 1000 to 1009
+        population.learn(Individual(id=k, params={"x0": 0.0, "x1": 0.0}, loss=1000.0 + k))
+    best, ident = 1000.0, 10
+    for _ in range(300):
+        gap = population.ranked[breeder.cmaes.generation - 1].loss - population.ranked[0].loss
+        bred = [(Origin.GA, best - 1e-6 * gap), (Origin.CMAES, best - 0.5 * gap),
+                (Origin.GA, best - 0.5 * gap - 2e-6 * gap), (Origin.CMAES, best + gap)]
+        for origin, loss in bred:
+            ind = result(ident, loss, origin)
+            best, ident = min(best, loss), ident + 1
+            population.learn(ind)
+            breeder.tell(ind)
+        breeder.ask(population.ranked, rng, ident)
+    assert breeder.cmaes_share == pytest.approx(1.0 - hybrid.FLOOR)
+    assert hybrid.gain_credit(3.0, 2.0) == 1.0 and hybrid.gain_credit(0.5, 2.0) == 0.25
+    assert hybrid.gain_credit(float("inf"), 2.0) == 1.0  # the island's first result
+
+
 def test_a_faded_record_waits_before_it_takes_the_lead_again():
     """The GA failed once; since then CMA-ES has found a new best with every tenth result. The
     GA's record fades, but 200 results later its rate, shrunk towards the island's, still reads
     below CMA-ES's: CMA-ES keeps breeding (with PRIOR's 1/2 alone, the GA had taken the lead
-    some 90 results after its failure). A GA that finds new bests takes the lead all the same."""
+    some 90 results after its failure). A GA whose new bests move the best by more than the
+    island's spread takes the lead all the same."""
     breeder, rng = fresh(), random.Random(0)
     known = [Individual(id=0, params={"x0": 0.0, "x1": 0.0}, loss=0.0),  # random: the first best
              result(1, 1000.0, Origin.GA)]
     known += [result(i, -i if i % 10 == 0 else 1000.0, Origin.CMAES) for i in range(2, 202)]
     tell_and_ask(breeder, known, rng)
     assert breeder.cmaes_share > 0.9
-    tell_and_ask(breeder, [result(i, -i, Origin.GA) for i in range(202, 222)], rng)
+    tell_and_ask(breeder, [result(i, -100.0 * i, Origin.GA) for i in range(202, 222)], rng)
     assert breeder.cmaes_share < 0.5
 
 

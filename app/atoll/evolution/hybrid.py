@@ -9,8 +9,15 @@ breeds from a population that holds CMA-ES's.
 
 Which one breeds is adaptive operator selection by adaptive pursuit (Thierens 2005, "An adaptive
 pursuit strategy for allocating operator probabilities"): each result of the island is credited to
-the strategy that bred it (its ``origin``), a success being a new best loss of the island. Each
-strategy's success rate per candidate is remembered over about WINDOW results; with every result,
+the strategy that bred it (its ``origin``). A result that improves on the island's best loss earns
+credit for how far it moved the best, in units of the island's spread at this worker's last ask
+(the gap from its best loss to its ``generation``-th best, CMA-ES's population size), at most 1; any
+other result earns 0. The spread shrinks as the island converges, so a steady refinement keeps
+earning, whatever the loss's scale or sign; a GA child that nudges the best by a hair, as its
+small steps around the best often do late on a smooth function, earns next to nothing (counted as
+a whole success, such nudges handed the GA the lead on ackley and sphere in some seeds and it
+stalled there), while one that jumps into a better basin earns in full. Each strategy's credit
+per candidate is remembered over about WINDOW results; with every result,
 the probability of picking CMA-ES moves by PURSUIT towards 1 - FLOOR while CMA-ES has the higher
 rate and towards FLOOR while the GA has. (Probability matching, picking in proportion to the
 rates, kept the GA's small improvements on a smooth function at a large share of the
@@ -33,11 +40,12 @@ stall. The measurements behind
 these choices are in benchmarks/EARLIER-RUNS.md and the README's "Which strategy".
 
 The state is not recorded: on resume it is rebuilt from the restored results the loop tells it,
-in order of id.
+in order of id (before the first ask there is no spread, so each of their new bests counts whole).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -46,7 +54,7 @@ from atoll.evolution.strategy import Strategy, Told
 from atoll.individual import Individual, Origin
 
 WINDOW = 100
-"""Results over which success rates are remembered (an exponential forgetting horizon)."""
+"""Results over which the credit per candidate is remembered (an exponential forgetting horizon)."""
 
 FLOOR = 0.01
 """The least probability either strategy keeps while the island keeps finding new bests."""
@@ -67,7 +75,7 @@ PURSUIT = 0.1
 """How far each result moves the probability of CMA-ES towards its target (Thierens's beta)."""
 
 PRIOR = 0.1
-"""Pseudo-tries (half of them successes) in the pooled rate: before any result it is 1/2."""
+"""Pseudo-tries (half a credit each) in the pooled rate: before any result it is 1/2."""
 
 SHRINK = 10.0
 """Pseudo-tries at the pooled rate in each strategy's rate (chosen against 0, 2 and 5:
@@ -77,6 +85,22 @@ BY_CMAES, BY_GA = 0, 1
 _CREDITED = {Origin.CMAES: BY_CMAES, Origin.GA: BY_GA}
 
 
+def spread(ranked: Sequence[Individual], count: int) -> float:
+    """The gap between the best loss and the ``count``-th best of a population ranked best
+    first (inf while it holds fewer than two)."""
+    top = ranked[:count]
+    return top[-1].loss - top[0].loss if len(top) >= 2 else float("inf")
+
+
+def gain_credit(gain: float, spread: float) -> float:
+    """The credit of a new best that improved the island's best by ``gain``: ``gain / spread``,
+    at most 1; a whole 1 when either is not a finite positive number (the first result, a
+    population of equal losses)."""
+    if not (math.isfinite(gain) and math.isfinite(spread) and spread > 0.0):
+        return 1.0
+    return min(1.0, gain / spread)
+
+
 class Hybrid:
     """Breeds one individual with CMA-ES or the GA, chosen by their recent success."""
 
@@ -84,10 +108,12 @@ class Hybrid:
         self.cmaes = cmaes
         self.ga = ga
         self.tries = [0.0, 0.0]
-        self.successes = [0.0, 0.0]
+        self.credits = [0.0, 0.0]
         self.cmaes_share = 0.5
         """The probability that the next candidate comes from CMA-ES."""
         self._best = float("inf")
+        self._spread = float("inf")
+        """The island's spread at the last ask: its ``generation``-th best loss minus its best."""
         self._stalled = 0
         """Credited results since the island's last new best."""
         self._gap = 1.0
@@ -98,11 +124,11 @@ class Hybrid:
         return f"Hybrid({self.cmaes!r}, {self.ga!r}, cmaes_share={self.cmaes_share:.2f})"
 
     def _leader(self) -> int:
-        """The strategy with the higher recent success rate, each shrunk towards the pooled
+        """The strategy with the higher recent credit per candidate, each shrunk towards the pooled
         one (CMA-ES on a tie)."""
-        pooled = (sum(self.successes) + PRIOR / 2) / (sum(self.tries) + PRIOR)
+        pooled = (sum(self.credits) + PRIOR / 2) / (sum(self.tries) + PRIOR)
         cmaes, ga = ((s + SHRINK * pooled) / (t + SHRINK)
-                     for s, t in zip(self.successes, self.tries, strict=True))
+                     for s, t in zip(self.credits, self.tries, strict=True))
         return BY_CMAES if cmaes >= ga else BY_GA
 
     def floor(self) -> float:
@@ -120,6 +146,7 @@ class Hybrid:
     def ask(self, individuals: Sequence[Individual], rng: random.Random,
             ident: int) -> Individual:
         self._credit()
+        self._spread = spread(individuals, self.cmaes.generation)
         floor = self.floor()
         share = min(max(self.cmaes_share, floor), 1.0 - floor)
         pick = self.cmaes if rng.random() < share else self.ga
@@ -134,6 +161,7 @@ class Hybrid:
                 continue
             strategy = _CREDITED.get(ind.origin)
             improved = ind.loss < self._best
+            credit = gain_credit(self._best - ind.loss, self._spread) if improved else 0.0
             self._best = min(self._best, ind.loss)
             if strategy is None:
                 continue
@@ -142,8 +170,8 @@ class Hybrid:
                 self._gap += GAP_MEMORY * (self._stalled - self._gap)
                 self._stalled = 0
             self.tries = [t * forget for t in self.tries]
-            self.successes = [s * forget for s in self.successes]
+            self.credits = [s * forget for s in self.credits]
             self.tries[strategy] += 1.0
-            self.successes[strategy] += float(improved)
+            self.credits[strategy] += credit
             target = 1.0 - FLOOR if self._leader() == BY_CMAES else FLOOR
             self.cmaes_share += PURSUIT * (target - self.cmaes_share)
