@@ -1,7 +1,7 @@
 """The strategy interface: ``ask`` for the next candidate, ``tell`` of every result.
 
 Operators (:mod:`atoll.evolution.base`) are pure functions of ``(individuals, rng)``. A strategy
-may keep state (CMA-ES's distribution, the GA's step size, the hybrid's success rates), and it
+may keep state (CMA-ES's distribution, the GA's step size, the hybrid's credit per strategy), and it
 learns only through :meth:`Strategy.tell`, which the island loop calls once for every result the
 island learns: the worker's own, a partner's, an immigrant, and on resume every restored one in
 order of id. So a strategy never scans the population for what changed, nor reads a candidate's
