@@ -55,14 +55,16 @@ def run(cmd: list[str], timeout: float = 240, cwd: Path | None = None,
 
     A launch that mpirun could not start at all (LAUNCHER_FLAKES: no rank ran, nothing of the
     test happened) is tried once more."""
-    done = _run_once(cmd, timeout, cwd, env)
+    done = run_once(cmd, timeout, cwd, env)
     if done.returncode != 0 and any(flake in done.stderr for flake in LAUNCHER_FLAKES):
-        done = _run_once(cmd, timeout, cwd, env)
+        done = run_once(cmd, timeout, cwd, env)
     return done
 
 
-def _run_once(cmd: list[str], timeout: float, cwd: Path | None,
-              env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+def run_once(cmd: list[str], timeout: float, cwd: Path | None,
+             env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run a command once in its own process group; on timeout kill the whole group (a
+    script's mpirun and ranks too, not only the script) and fail."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd or ROOT, env=env or mpi_env(), start_new_session=True)
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from atoll.record import open_run
-from conftest import BIN, ROOT, mpi_env
+from conftest import BIN, ROOT, mpi_env, run_once
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 MAKE_TARGETS = {"make run", "make test"}
@@ -57,13 +57,11 @@ def test_every_shell_block_is_known_and_the_make_block_names_the_two_targets() -
 @pytest.mark.slow
 def test_the_readme_shell_blocks_and_then_its_python_blocks_run_as_written(sandbox: Path):
     script = "\n".join(blocks("bash")[1:])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=sandbox,
-                          env=user_env(), capture_output=True, text=True, timeout=900)
+    done = run_once(["bash", "-euo", "pipefail", "-c", script], 900, sandbox, user_env())
     assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout[-3000:]}\n" \
                                  f"--- stderr\n{done.stderr[-3000:]}"
     for code in blocks("python"):
-        done = subprocess.run([str(BIN / "python"), "-c", code], cwd=sandbox, env=user_env(),
-                              capture_output=True, text=True, timeout=300)
+        done = run_once([str(BIN / "python"), "-c", code], 300, sandbox, user_env())
         assert done.returncode == 0, f"{code}\n{done.stderr[-3000:]}"
     assert len(open_run(sandbox / "runs" / "sphere").individuals) == 1000  # extended
     assert (sandbox / "runs" / "mine" / "results.h5").is_file()
@@ -98,8 +96,7 @@ def test_the_help_examples_run_as_written(sandbox: Path):
     commands = [c for name in ("search", "report", "watch", "resume") for c in help_examples(name)]
     assert len(commands) >= 4, commands
     for command in commands:
-        done = subprocess.run(shlex.split(command), cwd=sandbox, env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = run_once(shlex.split(command), 600, sandbox, env)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
 
 
