@@ -92,13 +92,13 @@ def spread(ranked: Sequence[Individual], count: int) -> float:
     return top[-1].loss - top[0].loss if len(top) >= 2 else float("inf")
 
 
-def gain_credit(gain: float, spread: float) -> float:
-    """The credit of a new best that improved the island's best by ``gain``: ``gain / spread``,
-    at most 1; a whole 1 when either is not a finite positive number (the first result, a
-    population of equal losses)."""
-    if not (math.isfinite(gain) and math.isfinite(spread) and spread > 0.0):
+def gain_credit(gain: float, scale: float) -> float:
+    """The credit of a new best that improved the island's best by ``gain``, in units of the
+    island's spread ``scale``: ``gain / scale``, at most 1; a whole 1 when either is not a
+    finite positive number (the first result, a population of equal losses)."""
+    if not (math.isfinite(gain) and math.isfinite(scale) and scale > 0.0):
         return 1.0
-    return min(1.0, gain / spread)
+    return min(1.0, gain / scale)
 
 
 class Hybrid:
