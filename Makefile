@@ -46,9 +46,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 # The peers rows alone on all four layouts with 10 seeds (hours): benchmarks/RESULTS-full.md.
-# Each search's result is kept in benchmarks/.cache/peers/: a run stopped part-way goes on.
+# Each search's result is kept in benchmarks/searches/, the peers' in the repository: a run
+# stopped part-way goes on, and on a fresh clone only Atoll's searches run again.
 bench-full: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md --cache benchmarks/.cache/peers
+	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md --cache benchmarks/searches
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
 # training (about an hour on 2 cores), Ray Tune's ASHA and PBT as peers on the same tasks

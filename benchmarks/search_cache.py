@@ -1,5 +1,5 @@
 """Each search's result kept on disk, so that a run of hours stopped part-way goes on where it
-stopped (``make bench-full``).
+stopped, on this machine or, for the peers, on a fresh clone (``make bench-full``).
 
 A result is reused only while everything that decides it is unchanged: the task as launched
 (minus its directory), the side's scripts, the shared objectives and, for Atoll, every file of
@@ -46,40 +46,71 @@ def code_fingerprint(side: str, root: Path = ROOT) -> str:
 
 
 class SearchCache:
-    """One JSON file per search under ``directory``, named by the hash of what decides it."""
+    """One JSON line per search, in one file per side under ``directory`` (``SIDE.jsonl``),
+    keyed by the hash of the side, its code and the task.
+
+    ``make bench-full`` keeps its directory in the repository for the peers' sides: their
+    results change only with their pinned packages, and they are the hours of a run. Atoll's
+    change with every edit of the package and are not kept there (.gitignore).
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.fingerprints: dict[str, str] = {}
+        self._entries: dict[str, dict[str, dict[str, Any]]] = {}  # side: key: entry
         self.reused: list[str] = []
         self.measured = 0
 
-    def _path(self, side: str, task: dict[str, Any]) -> Path:
-        """The entry's file, named by the hash of the side, its code and the task."""
+    def _key(self, side: str, task: dict[str, Any]) -> str:
         if side not in self.fingerprints:
             self.fingerprints[side] = code_fingerprint(side)
-        what = {k: v for k, v in task.items() if k != "run_dir"}
-        text = json.dumps([side, self.fingerprints[side], what], sort_keys=True)
-        return self.directory / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+        text = json.dumps([side, self.fingerprints[side], _what(task)], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def _file(self, side: str) -> Path:
+        return self.directory / f"{side}.jsonl"
+
+    def _side(self, side: str) -> dict[str, dict[str, Any]]:
+        """The side's entries, read once; a line that does not parse (a write cut short) is
+        no entry."""
+        if side not in self._entries:
+            entries: dict[str, dict[str, Any]] = {}
+            try:
+                lines = self._file(side).read_text().splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                    entries[entry["key"]] = entry
+                except (ValueError, KeyError, TypeError):
+                    continue
+            self._entries[side] = entries
+        return self._entries[side]
 
     def get(self, side: str, task: dict[str, Any]) -> dict[str, Any] | None:
-        path = self._path(side, task)
-        try:
-            entry = json.loads(path.read_text())
-        except (OSError, ValueError):
+        entry = self._side(side).get(self._key(side, task))
+        if entry is None:
             return None
         self.reused.append(entry["measured"])
-        return entry["result"]
+        return dict(entry["result"])
 
     def put(self, side: str, task: dict[str, Any], result: dict[str, Any]) -> None:
-        """Write the entry whole or not at all (a kill mid-write leaves no half file)."""
+        """Append the entry as one line, on a line of its own even after a write that was cut
+        short, and flushed to disk before the run goes on."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self._path(side, task)
-        entry = {"measured": datetime.datetime.now().isoformat(timespec="minutes"),
+        key = self._key(side, task)
+        entry = {"key": key, "side": side, "task": _what(task),
+                 "measured": datetime.datetime.now().isoformat(timespec="minutes"),
                  "result": result}
-        partial = path.with_suffix(".part")
-        partial.write_text(json.dumps(entry))
-        os.replace(partial, path)
+        path = self._file(side)
+        with open(path, "ab+") as f:  # appends go to the end wherever it last read
+            size = f.seek(0, os.SEEK_END)
+            torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+            f.write((b"\n" if torn else b"") + json.dumps(entry).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._side(side)[key] = entry
         self.measured += 1
 
     def summary(self) -> str:
@@ -90,3 +121,8 @@ class SearchCache:
         return (f"{self.measured} searches measured in this run, {len(self.reused)} taken "
                 f"from earlier runs of the same code ({min(self.reused)} to "
                 f"{max(self.reused)}; {self.directory.name}/)")
+
+
+def _what(task: dict[str, Any]) -> dict[str, Any]:
+    """What decides a search's result: the task as launched, minus its directory."""
+    return {k: v for k, v in task.items() if k != "run_dir"}

@@ -204,7 +204,7 @@ def test_make_targets_resolve_to_the_commands_the_readme_names():
     assert "-m pytest -q -m slow || [ $? -eq 5 ]\n" in planned["test-slow"].stdout
     assert "benchmarks/run.py\n" in planned["bench"].stdout
     assert ("benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md "
-            "--cache benchmarks/.cache/peers\n") in planned["bench-full"].stdout
+            "--cache benchmarks/searches\n") in planned["bench-full"].stdout
     assert ("benchmarks/run.py --only training_reuse,training_ray,fidelity_ray --output "
             "benchmarks/RESULTS-training.md") \
         in planned["bench-training"].stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 
@@ -26,13 +27,31 @@ def test_a_kept_result_comes_back_for_the_same_task_in_any_directory(tmp_path):
     assert again.summary().startswith("0 searches measured in this run")
 
 
-def test_a_write_cut_short_leaves_nothing_that_reads_as_a_result(tmp_path):
+def test_each_side_keeps_its_results_in_a_file_of_its_own(tmp_path):
+    """The peers' files are what the repository keeps; Atoll's stays out of it."""
+    cache = SearchCache(tmp_path)
+    cache.put("optuna", TASK, {"best": 2.0, "evaluations": 50})
+    cache.put("atoll", TASK, {"best": 1.0, "evaluations": 50})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atoll.jsonl", "optuna.jsonl"]
+    (line,) = (tmp_path / "optuna.jsonl").read_text().splitlines()
+    entry = json.loads(line)
+    assert entry["side"] == "optuna" and entry["result"]["best"] == 2.0
+    assert "run_dir" not in entry["task"] and entry["task"]["seed"] == 3
+    assert SearchCache(tmp_path).get("optuna", TASK) == {"best": 2.0, "evaluations": 50}
+
+
+def test_a_write_cut_short_is_no_result_and_spoils_no_later_one(tmp_path):
     cache = SearchCache(tmp_path)
     cache.put("atoll", TASK, {"best": 1.0, "evaluations": 50})
-    (path,) = tmp_path.glob("*.json")
-    path.with_suffix(".part").write_text('{"measured": "x", "res')  # killed while writing
-    path.unlink()
-    assert SearchCache(tmp_path).get("atoll", TASK) is None
+    path = tmp_path / "atoll.jsonl"
+    with open(path, "a") as f:  # killed while writing the next entry
+        f.write('{"key": "x", "measured": "x", "res')
+    later = {**TASK, "seed": 5}
+    SearchCache(tmp_path).put("atoll", later, {"best": 0.5, "evaluations": 50})
+    again = SearchCache(tmp_path)
+    assert again.get("atoll", TASK) == {"best": 1.0, "evaluations": 50}
+    assert again.get("atoll", later) == {"best": 0.5, "evaluations": 50}
+    assert len(path.read_text().splitlines()) == 3
 
 
 def test_changed_code_or_side_script_means_a_new_search(tmp_path):
@@ -40,7 +59,7 @@ def test_changed_code_or_side_script_means_a_new_search(tmp_path):
     shutil.copytree(ROOT / "app" / "atoll", tree / "app" / "atoll",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "benchmarks", tree / "benchmarks",
-                    ignore=shutil.ignore_patterns(".venv*", ".cache", "__pycache__"))
+                    ignore=shutil.ignore_patterns(".venv*", ".cache", "searches", "__pycache__"))
     before = {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
     assert before == {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
     with open(tree / "app" / "atoll" / "individual.py", "a") as f:
