@@ -44,11 +44,12 @@ SETTINGS = PruningConfig(rule="asha", eta=2, min_epochs=1)  # rungs after epochs
 
 def test_asha_pauses_outside_the_best_1_over_eta_and_never_stops():
     rungs = Asha(PruningConfig(rule="asha", eta=3, min_epochs=1))
-    assert [rungs.on_report(i, 0, v) for i, v in enumerate((0.5, 0.4))] == [GO, GO]  # < eta
-    assert rungs.on_report(2, 0, 0.6) == PAUSE  # 3 known: only the best one goes on
-    assert rungs.on_report(3, 0, 0.1) == GO
-    assert rungs.on_report(4, 1, 9.0) == GO  # epoch 1 is no rung (rungs after 1, 3, 9 epochs)
-    assert rungs.on_report(5, 0, math.nan) == GO  # a metric not reported is never judged
+    # Fewer than eta known: only the best so far goes on.
+    assert [rungs.on_report(i, 0, v) for i, v in enumerate((0.5, 0.7, 0.4))] == [GO, PAUSE, GO]
+    assert rungs.on_report(3, 0, 0.6) == PAUSE  # 4 known: only the best one goes on
+    assert rungs.on_report(4, 0, 0.1) == GO
+    assert rungs.on_report(5, 1, 9.0) == GO  # epoch 1 is no rung (rungs after 1, 3, 9 epochs)
+    assert rungs.on_report(6, 0, math.nan) == GO  # a metric not reported is never judged
     assert Verdict.STOP not in {rungs.on_report(10 + i, 0, 5.0 + i) for i in range(20)}
 
 

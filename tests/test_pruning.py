@@ -102,7 +102,8 @@ def test_the_last_epoch_of_a_full_evaluation_is_no_rung(rule):
 
 def test_halving_keeps_the_best_third_at_a_rung_and_judges_only_rungs():
     rule = SuccessiveHalving(PruningConfig(rule="halving", eta=3, min_epochs=1))
-    assert rule.on_report(0, 0, 0.5) == GO and rule.on_report(1, 0, 0.9) == GO  # 2 < eta known
+    assert rule.on_report(0, 0, 0.5) == GO  # the only value at its rung
+    assert rule.on_report(1, 0, 0.9) == STOP  # 2 < eta known: only the best so far goes on
     assert rule.on_report(2, 0, 0.7) == STOP  # 3 known: only the best (0.5) goes on
     assert rule.on_report(3, 0, 0.1) == GO  # the new best
     assert rule.on_report(4, 1, 99.0) == GO  # epoch 1 is no rung with eta 3 (rungs 0, 2, 8)

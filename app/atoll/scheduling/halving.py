@@ -3,9 +3,10 @@ without promotion).
 
 Rungs lie after ``min_epochs * eta**k`` epochs (k = 0, 1, ...). An evaluation that reaches a rung
 goes on only if its metric there is among the best ``1/eta`` of the values the island recorded
-at that rung (at least the best one); while fewer than ``eta`` values are known at a rung,
-everything goes on. Every value reported at a rung counts, whatever became of its evaluation:
-this worker's, and its island partners' as they report them.
+at that rung (at least the best one): while fewer than ``eta`` values are known there, only
+the best so far goes on, as in Optuna's SuccessiveHalvingPruner (so the first evaluations of a
+few workers do not all train whole). Every value reported at a rung counts, whatever became of
+its evaluation: this worker's, and its island partners' as they report them.
 """
 
 from __future__ import annotations
@@ -63,10 +64,8 @@ class SuccessiveHalving:
 
     def kept(self, epoch: int, key: float) -> bool:
         """Whether ``key`` (a value, negated when maximizing) is among the best ``1/eta`` of
-        those recorded at the rung after ``epoch`` (all are while fewer than ``eta`` are)."""
+        those recorded at the rung after ``epoch``, and at least the best one."""
         known = self._at_rung[epoch]
-        if len(known) < self.eta:
-            return True
         return key <= known[max(len(known) // self.eta, 1) - 1]  # the worst value still kept
 
     def on_complete(self, individual: int, completed: bool) -> None:
