@@ -106,7 +106,10 @@ class SearchCache:
         path = self._file(side)
         with open(path, "ab+") as f:  # appends go to the end wherever it last read
             size = f.seek(0, os.SEEK_END)
-            torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+            torn = False
+            if size:
+                f.seek(size - 1)
+                torn = f.read(1) != b"\n"
             f.write((b"\n" if torn else b"") + json.dumps(entry).encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
