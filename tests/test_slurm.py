@@ -40,6 +40,9 @@ def job_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
                PATH=f"{BIN}{os.pathsep}{env['PATH']}")
     for name in ("TMPDIR", "OMPI_MCA_btl", "SLURM_JOB_ID"):
         env.pop(name, None)
+    # Open MPI 5's race under srun on loaded machines (jobscripts/README.md, "Known limits and
+    # problems"): a rank that leaves MPI_Init's last fence early can crash a slower one in it.
+    env["OMPI_MCA_mpi_async_mpi_init"] = "1"
     return env
 
 
