@@ -11,9 +11,11 @@ one island, SEEDS seeds:
 
 Every method gets the same budget of training epochs, EVALUATIONS x EPOCHS: the full-training GA
 (``evolution.strategy = "ga"``, EVALUATIONS evaluations of EPOCHS epochs), the GA whose children
-start from their better parent's checkpoint (``inherit.enabled``, the same evaluations; only
-a parent with the child's ``conv_layers`` passes its weights on), PBT (``evolution.strategy =
-"pbt"``, segments of READY epochs) and ASHA with promotion (``pruning.rule = "asha"`` with the
+start from their better parent's checkpoint (``inherit.enabled``; only a parent with the
+child's ``conv_layers`` passes its weights on) and train INHERITED_EPOCHS on from there
+(``inherited_epochs``, a third of EPOCHS: 10 did better on spirals than 5 or all 30,
+benchmarks/EARLIER-RUNS.md), INHERIT_EVALUATIONS evaluations, judged on the first BUDGET epochs
+they trained; PBT (``evolution.strategy = "pbt"``, segments of READY epochs) and ASHA with promotion (``pruning.rule = "asha"`` with the
 GA, ASHA_EVALUATIONS completed evaluations: what it trains is up to it). Epochs are counted
 from the record (each epoch row is an epoch trained), in the order they were trained.
 
@@ -41,6 +43,8 @@ EPOCHS = 30
 EVALUATIONS = 8
 BUDGET = EVALUATIONS * EPOCHS
 READY = 5
+INHERITED_EPOCHS = EPOCHS // 3
+INHERIT_EVALUATIONS = 16  # enough to train more than BUDGET epochs
 ASHA_EVALUATIONS = 3
 ASHA_SHARE = 1 / 3
 TASKS = {"spirals": ("spirals:train", "spirals"),
@@ -48,7 +52,8 @@ TASKS = {"spirals": ("spirals:train", "spirals"),
 METHODS: dict[str, list[str]] = {
     "full GA": [f"search.evaluations={EVALUATIONS}"],
     "ASHA": [f"search.evaluations={ASHA_EVALUATIONS}", "pruning.rule=asha"],
-    "GA, inherited weights": [f"search.evaluations={EVALUATIONS}", "inherit.enabled=true"],
+    "GA, inherited weights": [f"search.evaluations={INHERIT_EVALUATIONS}", "inherit.enabled=true",
+                              f"objective.options.inherited_epochs={INHERITED_EPOCHS}"],
     "PBT": [f"search.evaluations={BUDGET // READY}", "evolution.strategy=pbt",
             f"objective.options.epochs={READY}"],
 }
@@ -226,8 +231,10 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
             notes += [note, f"training reuse, {task}: validation accuracy of each full GA "
                       f"search's best individual after 10, 20 and {EPOCHS} epochs: "
                       + "; ".join("/".join(f"{a:.4f}" for a in r) for r in rising)]
-    notes.append(f"training reuse: {RANKS} ranks on this machine's cores; full GA and GA with "
-                 f"inherited weights {EVALUATIONS} evaluations of {EPOCHS} epochs, PBT "
+    notes.append(f"training reuse: {RANKS} ranks on this machine's cores; full GA "
+                 f"{EVALUATIONS} evaluations of {EPOCHS} epochs, GA with inherited weights "
+                 f"{INHERIT_EVALUATIONS} evaluations ({EPOCHS} epochs from scratch, "
+                 f"{INHERITED_EPOCHS} on from a parent; its first {BUDGET} epochs judged), PBT "
                  f"{BUDGET // READY} segments of {READY}, ASHA {ASHA_EVALUATIONS} completed "
                  f"evaluations (eta 3, rungs from 2 epochs, {EPOCHS} at most) on validation "
                  "accuracy; no early stopping")

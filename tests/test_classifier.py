@@ -260,6 +260,9 @@ def test_options_are_checked_before_training():
         classifier.read_options({"batch_size": "64"})
     with pytest.raises(ObjectiveError, match="objective.options.epochs: expected >= 1"):
         classifier.read_options({"epochs": 0})
+    with pytest.raises(ObjectiveError, match="objective.options.inherited_epochs: expected >= 0, "
+                       "got -1"):
+        classifier.read_options({"inherited_epochs": -1})
 
 
 def test_preflight_finds_bad_input_before_any_training(tmp_path):

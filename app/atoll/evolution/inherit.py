@@ -16,13 +16,15 @@ from atoll.individual import NO_PARENT, Individual
 
 def better_parent(child: Individual, ranked: Sequence[Individual],
                   shape_params: Sequence[str] = ()) -> int:
-    """The id of the child's better parent among the island's usable ``ranked`` (best first),
-    if it has the child's values of every ``shape_params``; :data:`NO_PARENT` otherwise."""
+    """The id of the better of the child's parents among the island's usable ``ranked`` (best
+    first) that has the child's values of every ``shape_params``; :data:`NO_PARENT` if none
+    has. A crossover child whose better parent has other shapes takes its other parent's
+    weights, which fit: trained weights that fit beat training from scratch."""
     parents = {p for p in child.parents if p != NO_PARENT}
     for ind in ranked:  # best first: the first parent met is the better one
-        if ind.id in parents:
-            same = all(ind.params[name] == child.params[name] for name in shape_params)
-            return ind.id if same else NO_PARENT
+        if ind.id in parents and all(ind.params[name] == child.params[name]
+                                     for name in shape_params):
+            return ind.id
     return NO_PARENT
 
 

@@ -4,7 +4,9 @@ The network of the tutorial: ``conv_layers`` convolutions of 10 channels (kernel
 each followed by the activation, then a linear head and log-softmax; Adadelta with StepLR, NLL
 loss, early stopping. It saves a checkpoint every epoch and continues from one (epochs numbered
 on from where it stopped). A child that inherits (``[inherit]``, PBT) starts from its parent's
-weights and optimizer state and trains ``epochs`` more epochs, numbered on from the parent's;
+weights and optimizer state and trains ``inherited_epochs`` more epochs (``epochs`` when 0),
+numbered on from the parent's: a child of a trained parent needs less training than a network
+from scratch, so more candidates fit in the same GPU hours;
 when the shapes differ (``conv_layers``), it declines them and trains from scratch. Every rank
 of the worker trains one DDP replica on an exclusive shard of the training set; validation is
 sharded without duplicates and its loss and accuracy are summed over the whole validation set,
@@ -39,6 +41,7 @@ PARAMETERS = ("conv_layers", "activation", "lr", "gamma")
 OPTIONS: dict[str, Any] = {
     "dataset": "digits",  # digits, mnist, fashionmnist, cifar10
     "epochs": 10,
+    "inherited_epochs": 0,  # epochs a child trains on from its parent's weights (0: epochs)
     "batch_size": 64,
     "patience": 5,  # epochs without a better validation loss before stopping
     "val_fraction": 0.2,  # of the training split, the same samples for the whole run
@@ -147,10 +150,12 @@ def train(params: Mapping[str, Any], ctx: Context) -> float:
                                             seed, opts["num_workers"])
     progress = _start(ctx, model, optimizer, scheduler)
     # An inheriting child trains its own epochs on from its parent's epoch.
-    first = 0 if ctx.inherited is None else ctx.inherited.epoch + 1
-    ctx.last_epoch = first + opts["epochs"] - 1  # a job stop met there leaves it finished
+    first, epochs = 0, opts["epochs"]
+    if ctx.inherited is not None:
+        first, epochs = ctx.inherited.epoch + 1, opts["inherited_epochs"] or epochs
+    ctx.last_epoch = first + epochs - 1  # a job stop met there leaves it finished
     setup_seconds = time.perf_counter() - entered  # parameters in hand -> first training step
-    for epoch in range(progress["epoch"] + 1, first + opts["epochs"]):
+    for epoch in range(progress["epoch"] + 1, first + epochs):
         if progress["stale"] >= opts["patience"]:
             break
         started = time.perf_counter()
@@ -319,9 +324,9 @@ def read_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("epochs", "batch_size", "patience", "eval_batch_size"):
         if merged[key] < 1:
             raise ObjectiveError(f"objective.options.{key}: expected >= 1, got {merged[key]}")
-    if merged["num_workers"] < 0:
-        raise ObjectiveError(f"objective.options.num_workers: expected >= 0, "
-                             f"got {merged['num_workers']}")
+    for key in ("num_workers", "inherited_epochs"):
+        if merged[key] < 0:
+            raise ObjectiveError(f"objective.options.{key}: expected >= 0, got {merged[key]}")
     datasets.check_name(merged["dataset"])
     return merged
 
