@@ -53,10 +53,11 @@ bench-full: $(STAMP)
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
 # training (about an hour on 2 cores), Ray Tune's ASHA and PBT as peers on the same tasks
-# (hours: Ray starts a trainer per trial) and its ASHA on the learning-curve task:
-# benchmarks/RESULTS-training.md.
+# (hours: Ray starts a trainer per trial; each of these searches is kept in
+# benchmarks/searches/ray-training.jsonl as it ends, so a run stopped part-way goes on) and its
+# ASHA on the learning-curve task: benchmarks/RESULTS-training.md.
 bench-training: $(STAMP)
-	$(BIN)/python benchmarks/run.py --only training_reuse,training_ray,fidelity_ray --output benchmarks/RESULTS-training.md
+	$(BIN)/python benchmarks/run.py --only training_reuse,training_ray,fidelity_ray --output benchmarks/RESULTS-training.md --cache benchmarks/searches
 
 lint: $(STAMP)
 	$(BIN)/ruff check app tests benchmarks

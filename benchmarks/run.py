@@ -280,12 +280,13 @@ def main() -> None:
                         help="the peers rows' layouts and seeds (make bench: quick; make "
                              "bench-full: full)")
     parser.add_argument("--cache", type=Path, default=None,
-                        help="keep each peers search's result in this directory and reuse "
-                             "those whose code and task are unchanged (make bench-full: a run "
+                        help="keep each search's result of the peers and of Ray Tune's "
+                             "training side in this directory and reuse those whose code and "
+                             "task are unchanged (make bench-full, make bench-training: a run "
                              "stopped part-way goes on where it stopped)")
     args = parser.parse_args()
     peers.configure(args.peers)
-    peers.CACHE = SearchCache(args.cache) if args.cache else None
+    peers.CACHE = training_ray.CACHE = SearchCache(args.cache) if args.cache else None
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in MEASUREMENTS]
     if unknown:

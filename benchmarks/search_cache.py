@@ -17,9 +17,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from common import HERE, ROOT, SIDES
+from common import HERE, RAY_PYTHON, ROOT, SIDES
 
 SHARED = ("side.py", "objectives.py")
+RAY_TRAINING = "ray-training"
+"""Ray Tune's training searches (training_ray.py): no mpirun side, so their files are named
+here: Ray's scripts and the modules that decide what its trials train."""
+NOT_LAUNCHED: dict[str, tuple[Path, tuple[str, ...]]] = {
+    RAY_TRAINING: (RAY_PYTHON, ("benchmarks/ray_training_side.py",
+                                "benchmarks/ray_training_member.py", "benchmarks/ray_budget.py",
+                                "benchmarks/spirals.py", "app/atoll/objectives/classifier.py",
+                                "app/atoll/objectives/data.py")),
+}
 
 
 def _digest(root: Path, paths: list[Path], extra: tuple[str, ...] = ()) -> str:
@@ -35,9 +44,13 @@ def _digest(root: Path, paths: list[Path], extra: tuple[str, ...] = ()) -> str:
 def code_fingerprint(side: str, root: Path = ROOT) -> str:
     """What a side's results depend on besides the task: its scripts and its packages (the
     tree at ``root``: a test passes a copy)."""
-    python, script = SIDES[side]
-    here = root / HERE.relative_to(ROOT)
-    files = [here / script.name, *(here / name for name in SHARED)]
+    if side in NOT_LAUNCHED:
+        python, names = NOT_LAUNCHED[side]
+        files = [root / name for name in names]
+    else:
+        python, script = SIDES[side]
+        here = root / HERE.relative_to(ROOT)
+        files = [here / script.name, *(here / name for name in SHARED)]
     if side in ("atoll", "control"):
         files += list((root / "app" / "atoll").rglob("*.py"))
         return _digest(root, files)

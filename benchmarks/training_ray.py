@@ -40,11 +40,17 @@ from typing import Any
 
 import training_reuse as reuse
 from common import HERE, RAY_PYTHON, Row, ensure_ray_venv, mpi_env
+from search_cache import RAY_TRAINING, SearchCache
 from training_reuse import BUDGET, SEEDS, Curve, best_within, epochs_to
 
 PEERS = {"ASHA": "ASHAScheduler", "PBT": "PopulationBasedTraining"}
 """Atoll's method (training_reuse.METHODS) -> the Ray Tune scheduler set against it."""
 REFERENCE = "full GA"
+CACHE: SearchCache | None = None
+"""Where each Ray search's result is kept as soon as it ends (``run.py --cache``; ``make
+bench-training`` keeps them in the repository, benchmarks/searches/ray-training.jsonl): the
+Ray searches take hours, so a run stopped part-way, on this machine or a fresh clone, goes on
+from the last one that ended."""
 
 
 def atoll_curves(scratch: Path, task: str) -> dict[str, list[Curve]]:
@@ -86,6 +92,22 @@ def ray_curve(reports: list[dict[str, float]], budget: int = BUDGET) -> Curve:
     ``budget`` (a search may report a few epochs more while it stops)."""
     ordered = sorted(reports, key=lambda r: r["time"])[:budget]
     return reuse.running_best([r["val_accuracy"] for r in ordered])
+
+
+def ray_results(scratch: Path, tasks: list[dict[str, Any]], log: Any = print
+                ) -> list[dict[str, Any]]:
+    """Each task's result, from CACHE or from a Ray side process of its own (kept in CACHE as
+    soon as it ends), in the tasks' order."""
+    results = []
+    for task in tasks:
+        result = CACHE.get(RAY_TRAINING, task) if CACHE else None
+        if result is None:
+            result = run_ray(scratch, [task])[0]
+            if CACHE:
+                CACHE.put(RAY_TRAINING, task, result)
+        log(f"  Ray Tune, {task['task']}, {task['scheduler']}, seed {task['seed']}: done")
+        results.append(result)
+    return results
 
 
 def run_ray(scratch: Path, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,10 +159,10 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="atoll-bench-training-ray-") as name:
         scratch = Path(name)
+        tasks = ray_tasks(scratch)
+        results = ray_results(scratch, tasks, log)  # first: kept, where Atoll's are not
         atoll = {task: atoll_curves(scratch, task) for task in reuse.TASKS}
         log("  Atoll's searches: done")
-        tasks = ray_tasks(scratch)
-        results = run_ray(scratch, tasks)
     ray: dict[str, dict[str, list[Curve]]] = {task: {m: [] for m in PEERS} for task in reuse.TASKS}
     for task, result in zip(tasks, results, strict=True):
         if result["errors"]:
@@ -156,6 +178,8 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
         got, note = judge(task, atoll[task], ray[task])
         rows += got
         notes.append(note)
+    if CACHE:
+        notes.append(f"Ray Tune's training searches: {CACHE.summary()}")
     return rows, notes
 
 

@@ -104,6 +104,29 @@ def test_atolls_curves_are_the_searches_training_reuse_made_in_this_process(tmp_
     assert not list(tmp_path.glob("digits-*")), "no search may run when the curves exist"
 
 
+def test_kept_ray_searches_are_not_run_again_and_new_ones_are_kept_as_they_end(tmp_path,
+                                                                               monkeypatch):
+    from search_cache import RAY_TRAINING, SearchCache
+
+    tasks = peer.ray_tasks(tmp_path, seeds=(1,))[:2]
+    kept = {"reports": [{"time": 1.0, "val_accuracy": 0.5}], "trials": [], "errors": [],
+            "seconds": 2.0}
+    SearchCache(tmp_path / "searches").put(RAY_TRAINING, tasks[0], kept)
+    ran: list[dict] = []
+
+    def side(scratch: Path, asked: list[dict]) -> list[dict]:  # stands in for Ray's hours
+        ran.extend(asked)
+        return [{**kept, "seconds": 3.0} for _ in asked]
+
+    monkeypatch.setattr(peer, "run_ray", side)
+    monkeypatch.setattr(peer, "CACHE", SearchCache(tmp_path / "searches"))
+    assert peer.ray_results(tmp_path, tasks, log=lambda line: None) == [
+        kept, {**kept, "seconds": 3.0}]
+    assert ran == [tasks[1]]
+    again = SearchCache(tmp_path / "searches")  # a later run, on a fresh clone
+    assert again.get(RAY_TRAINING, tasks[1])["seconds"] == 3.0
+
+
 @pytest.mark.slow
 def test_a_tiny_ray_search_of_each_scheduler_trains_ddp_trials_and_pbt_continues_them(tmp_path):
     if not common.RAY_PYTHON.exists():

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 sys.path.append(str(ROOT / "benchmarks"))  # after tests/: its objectives.py is not the tests'
 
-from search_cache import SearchCache, code_fingerprint  # noqa: E402
+from search_cache import RAY_TRAINING, SearchCache, code_fingerprint  # noqa: E402
 
 TASK = {"seed": 3, "function": "schwefel", "evaluations": 50, "run_dir": "/tmp/a"}
 
@@ -69,3 +69,27 @@ def test_changed_code_or_side_script_means_a_new_search(tmp_path):
     with open(tree / "benchmarks" / "optuna_side.py", "a") as f:
         f.write("\n# changed\n")
     assert code_fingerprint("optuna", tree) != before["optuna"]
+
+
+def test_ray_training_results_follow_the_code_its_trials_train(tmp_path):
+    """Ray's training side has no mpirun script of its own: its results change with Ray's
+    scripts and the classifier's modules, not with the rest of Atoll."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "app" / "atoll", tree / "app" / "atoll",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks",
+                    ignore=shutil.ignore_patterns(".venv*", ".cache", "searches", "__pycache__"))
+    before = code_fingerprint(RAY_TRAINING, tree)
+    with open(tree / "app" / "atoll" / "individual.py", "a") as f:
+        f.write("\n# changed\n")
+    assert code_fingerprint(RAY_TRAINING, tree) == before
+    for changed in ("app/atoll/objectives/classifier.py", "benchmarks/spirals.py",
+                    "benchmarks/ray_training_member.py"):
+        with open(tree / changed, "a") as f:
+            f.write("\n# changed\n")
+        after = code_fingerprint(RAY_TRAINING, tree)
+        assert after != before, changed
+        before = after
+    cache = SearchCache(tmp_path / "searches")
+    cache.put(RAY_TRAINING, TASK, {"reports": [], "trials": [], "errors": [], "seconds": 1.0})
+    assert [p.name for p in (tmp_path / "searches").iterdir()] == ["ray-training.jsonl"]
