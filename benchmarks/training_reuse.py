@@ -15,9 +15,10 @@ start from their better parent's checkpoint (``inherit.enabled``; only a parent 
 child's ``conv_layers`` passes its weights on) and train INHERITED_EPOCHS on from there
 (``inherited_epochs``, a third of EPOCHS: 10 did better on spirals than 5 or all 30,
 benchmarks/EARLIER-RUNS.md), INHERIT_EVALUATIONS evaluations, judged on the first BUDGET epochs
-they trained; PBT (``evolution.strategy = "pbt"``, segments of READY epochs) and ASHA with promotion (``pruning.rule = "asha"`` with the
-GA, ASHA_EVALUATIONS completed evaluations: what it trains is up to it). Epochs are counted
-from the record (each epoch row is an epoch trained), in the order they were trained.
+they trained; PBT (``evolution.strategy = "pbt"``, segments of READY epochs) and ASHA with
+promotion (``pruning.rule = "asha"`` with the GA, ASHA_EVALUATIONS completed evaluations: what
+it trains is up to it). Epochs are counted from the record (each epoch row is an epoch
+trained), in the order they were trained.
 
 Targets, medians over the seeds: ASHA reaches the full-training GA's median best validation
 accuracy within a third of the full GA's epochs; the GA with inherited weights and PBT each
