@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -54,12 +55,18 @@ def test_a_write_cut_short_is_no_result_and_spoils_no_later_one(tmp_path):
     assert len(path.read_text().splitlines()) == 3
 
 
-def test_changed_code_or_side_script_means_a_new_search(tmp_path):
+def copied_tree(tmp_path: Path) -> Path:
+    """A copy of the package and the benchmarks' scripts, to edit without touching the repo."""
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "app" / "atoll", tree / "app" / "atoll",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "benchmarks", tree / "benchmarks",
                     ignore=shutil.ignore_patterns(".venv*", ".cache", "searches", "__pycache__"))
+    return tree
+
+
+def test_changed_code_or_side_script_means_a_new_search(tmp_path):
+    tree = copied_tree(tmp_path)
     before = {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
     assert before == {side: code_fingerprint(side, tree) for side in ("atoll", "optuna")}
     with open(tree / "app" / "atoll" / "individual.py", "a") as f:
@@ -74,11 +81,7 @@ def test_changed_code_or_side_script_means_a_new_search(tmp_path):
 def test_ray_training_results_follow_the_code_its_trials_train(tmp_path):
     """Ray's training side has no mpirun script of its own: its results change with Ray's
     scripts and the classifier's modules, not with the rest of Atoll."""
-    tree = tmp_path / "tree"
-    shutil.copytree(ROOT / "app" / "atoll", tree / "app" / "atoll",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks",
-                    ignore=shutil.ignore_patterns(".venv*", ".cache", "searches", "__pycache__"))
+    tree = copied_tree(tmp_path)
     before = code_fingerprint(RAY_TRAINING, tree)
     with open(tree / "app" / "atoll" / "individual.py", "a") as f:
         f.write("\n# changed\n")
