@@ -88,15 +88,6 @@ def distinct_indices(rng: random.Random, n: int, k: int) -> list[int]:
     return picked
 
 
-def unseen(individuals: Sequence[Individual], seen: set[int]) -> list[Individual]:
-    """The individuals whose ids are not in ``seen``, in order of id, now added to it: what a
-    strategy that learns from every result has not learned yet (every call gets the island's
-    whole population)."""
-    new = sorted((i for i in individuals if i.id not in seen), key=lambda i: i.id)
-    seen.update(i.id for i in new)
-    return new
-
-
 def check_probability(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
