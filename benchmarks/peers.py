@@ -88,7 +88,6 @@ DEFAULT = "Atoll hybrid (default)"
 NEAR = 1.5
 GA = "Atoll GA, success rule"
 PEERS = tuple(name for name in CONTENDERS if name not in ATOLL)
-OPTUNA = tuple(name for name in PEERS if name.startswith("Optuna"))
 
 
 def best_losses(name: str, function: str, ranks: int, evaluations: int) -> list[float]:
