@@ -105,6 +105,7 @@ class CMAES:
         self.categorical = tuple(p for p in space.params if p not in self.numeric)
         self._unit = UnitView(self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
+        self.restarts = 0  # IPOP restarts so far
         self._cma: CMA | CMAwM | None = None
         self._told = Told()
         self._pending: list[tuple[np.ndarray, float, bool]] = []  # point, loss, injected
@@ -201,6 +202,7 @@ class CMAES:
         """IPOP: twice the population, around the best point known."""
         assert self._cma is not None
         mean = self._point(individuals[0]) if individuals else np.full(len(self.numeric), 0.5)
+        self.restarts += 1
         self._cma = self._new_cma(rng, mean[: len(self.numeric)],
                                   2 * self._cma.population_size)
         self._pending.clear()
