@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import time
 
 import numpy as np
 import pytest
 
 from atoll.individual import Status
 from atoll.record import open_run
-from conftest import mpirun_atoll
+from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd
 
 
 @pytest.mark.parametrize("way,k,expected", [
@@ -139,3 +143,34 @@ def test_failures_after_a_success_never_give_up(tmp_path):
     else:
         assert done.returncode == 0, done.stderr[-3000:]
         assert len(ind) == 40 and statuses.count(int(Status.FAILED)) > 2
+
+
+def test_a_search_that_fails_on_one_rank_ends_the_job_at_once(tmp_path):
+    """A worker file deleted under a running search: that leader cannot write its record, and
+    the job used to hang (its partner waited for it in the final drain, under srun until the
+    time limit). Now the failing rank names itself and the cause, and ends every rank."""
+    run_dir = tmp_path / "run"
+    cmd = mpirun_cmd(2, "-m", "atoll", "search", "--config", "tests/configs/slow_sphere.toml",
+                     "--run-dir", str(run_dir), "--set", "search.generations=2000",
+                     "--set", "record.flush_interval=5", "-q")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=mpi_env(), start_new_session=True)
+    victim = run_dir / "workers" / "job000-worker00001.h5"
+    try:
+        deadline = time.monotonic() + 60
+        while not victim.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # its writer has opened it; the first flush comes at 5 s
+        victim.unlink()  # that flush adds the metric column 'half': it reopens the file
+        _, err = proc.communicate(timeout=60)
+    except (subprocess.TimeoutExpired, FileNotFoundError):
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"the job did not end by itself:\n{err[-3000:]}")
+    assert proc.returncode != 0, err[-3000:]
+    lines = [line for line in err.splitlines() if "ends the job" in line]
+    assert len(lines) == 1, err[-3000:]
+    assert "rank 1 ends the job: its search failed" in lines[0]
+    assert f"then 'atoll resume {run_dir}'" in lines[0] and "job000-worker00001.h5" in lines[0]
+    assert "Traceback" not in err and "Traceback" in (
+        run_dir / "logs" / "job000-rank00001.log").read_text()

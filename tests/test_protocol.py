@@ -44,12 +44,15 @@ def test_codec_round_trip_keeps_every_field(loss: float, status: Status) -> None
     assert back.origin is Origin.GA and back.status is status
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_bursts_arrive_complete_and_in_order_from_each_sender(tmp_path: Path, ranks: int) -> None:
+@pytest.mark.parametrize(("ranks", "late"), [(2, 0.0), (4, 0.0), (3, 1.0)])
+def test_bursts_arrive_complete_and_in_order_from_each_sender(tmp_path: Path, ranks: int,
+                                                              late: float) -> None:
+    """``late``: the last leader sends its burst that many seconds after the others began
+    to drain; they wait for it, and nothing it sends is lost."""
     burst = 400
     out = tmp_path / "got.json"
     done = run(mpirun_cmd(ranks, str(ROOT / "tests" / "mpi_programs" / "mailbox_checks.py"),
-                          str(out), str(burst)), timeout=120)
+                          str(out), str(burst), str(late)), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     check_received(json.loads(out.read_text()), ranks, burst)
 

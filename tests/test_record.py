@@ -414,6 +414,45 @@ def test_new_metric_widens_a_long_epochs_table(tmp_path: Path, space: Space) -> 
     assert epochs["c"][5001] == 4.0 and np.isnan(epochs["a"][5000])
 
 
+def _held_lock(path: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """Another program holding the lock a reader's open takes on ``path`` where
+    HDF5_USE_FILE_LOCKING is set (HDF5 locks with flock); returns once it holds it."""
+    code = ("import fcntl, sys, time\n"
+            "f = open(sys.argv[1], 'rb')\n"
+            "fcntl.flock(f, fcntl.LOCK_SH)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(float(sys.argv[2]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), str(seconds)],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+    return proc
+
+
+def test_a_writer_waits_out_a_readers_lock_then_says_who_blocks_it(tmp_path: Path,
+                                                                  space: Space,
+                                                                  monkeypatch) -> None:
+    """A writer opens its file at the start and again after each new metric column; a reader
+    opening it then (``atoll watch`` under the jobscripts' HDF5_USE_FILE_LOCKING=BEST_EFFORT)
+    used to leave the writer with no tables, and its next flush failed."""
+    from atoll.record import writer
+
+    path = tmp_path / "run" / "workers" / "job000-worker00000.h5"
+    WorkerLog(path, space, job=0, worker=0, flush_interval=1).close()
+    brief = _held_lock(path, 0.5)
+    t0 = time.monotonic()
+    writer._open_swmr_writing(path).close()
+    assert time.monotonic() - t0 >= 0.3 and brief.wait(timeout=10) == 0
+    monkeypatch.setattr(writer, "LOCK_WAIT", 0.5)
+    held = _held_lock(path, 60)
+    try:
+        with pytest.raises(RecordError, match="another program has held a lock on this worker "
+                                              "file for 0.5 s.*HDF5_USE_FILE_LOCKING=FALSE"):
+            writer._open_swmr_writing(path)
+    finally:
+        held.kill()
+        held.wait()
+
+
 def test_reader_takes_a_half_renamed_epochs_table(tmp_path: Path, space: Space) -> None:
     paths = new_run(tmp_path, space)
     with WorkerLog(paths.worker_file(0, 0), space, job=0, worker=0, flush_interval=1) as log:

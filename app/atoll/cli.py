@@ -102,6 +102,9 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
     # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
     # that find ranks by their environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
+    # It reads without locks; HDF5_USE_FILE_LOCKING (the jobscripts set it) would override
+    # that, and its every open would lock a worker file its writer may be reopening.
+    env["HDF5_USE_FILE_LOCKING"] = "FALSE"
     watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
     try:
         yield

@@ -1,16 +1,18 @@
 """tests/mailbox_contract.py's exchange through ``atoll.engine.protocol.MpiMailbox``, for
 tests/test_protocol.py.
 
-    mpirun -n RANKS python tests/mpi_programs/mailbox_checks.py OUT.json BURST
+    mpirun -n RANKS python tests/mpi_programs/mailbox_checks.py OUT.json BURST [LATE]
 
-Every rank sends its burst to every other rank, then drains. Rank 0 writes what each rank
-received, in order, to OUT.json.
+Every rank sends its burst to every other rank, then drains; with LATE seconds, the last rank
+starts that much later than the others, which drain meanwhile (a leader still evaluating while
+the others have finished). Rank 0 writes what each rank received, in order, to OUT.json.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from mpi4py import MPI
@@ -21,9 +23,12 @@ from mailbox_contract import SPACE, Inbox, send_burst
 
 def main() -> None:
     out, burst = Path(sys.argv[1]), int(sys.argv[2])
+    late = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
     comm = MPI.COMM_WORLD
     me, size = comm.Get_rank(), comm.Get_size()
     mailbox, inbox = MpiMailbox(comm, Codec(SPACE)), Inbox()
+    if me == size - 1:
+        time.sleep(late)
     send_burst(mailbox, me, [r for r in range(size) if r != me], burst, inbox)
     mailbox.drain(inbox)
     everything = comm.gather(inbox.got, root=0)

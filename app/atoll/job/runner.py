@@ -19,6 +19,7 @@ from atoll.collective import on_all, on_root
 from atoll.config import Config, config_to_dict
 from atoll.engine.giving_up import GAVE_UP, FailureWatch, commonest_error
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
+from atoll.engine.lone_failure import end_every_rank
 from atoll.engine.paused import paused_on, to_resume
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
@@ -151,7 +152,12 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
                     # every leader now holds what it wants: the earlier jobs' holds go
                     release_earlier_holds(CheckpointStore(paths, job.run_id), job.job)
                 start = time.time()
-                stats = role.run(budget)
+                try:
+                    stats = role.run(budget)
+                except BaseException as error:  # noqa: BLE001 - any failure here is the job's
+                    if comm.Get_size() == 1:
+                        raise
+                    end_every_rank(comm, error, paths.run_dir)
         finally:
             stopped = stop.close()
         _refuse_if_taken_over(comm, paths, held)

@@ -31,6 +31,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from atoll.backoff import Backoff
 from atoll.errors import RecordError
 from atoll.individual import Individual, fields_of
 from atoll.record import full, texts
@@ -306,10 +307,12 @@ class WorkerLog:
                 for name in rows.dtype.names or ():
                     data[name] = rows[name]
                 create_table(new, "epochs", dtype, data=data, extra_docs=metric_docs(columns))
-            self._columns = columns
-        finally:
-            with suppress(OSError):  # a full disk: the old file is still whole
+        except BaseException:
+            with suppress(OSError, RecordError):  # a full disk: the old file is still whole
                 self._open()
+            raise
+        self._columns = columns
+        self._open()
         log.debug("%s: epochs table now has metrics %s", self.path, columns)
 
 
@@ -361,15 +364,36 @@ class _Table:
             self._texts.commit()
 
 
+LOCK_WAIT = 10.0
+"""Seconds a writer waits for another program's HDF5 lock on its worker file to go. Where
+``HDF5_USE_FILE_LOCKING`` is set (the jobscripts and the image set ``BEST_EFFORT``) it
+overrides a reader's ``locking=False``: a reader opening the file (``atoll watch``, rank 0's
+progress lines, h5py, h5ls) locks it while it opens, and a writer opening it then is refused.
+A writer opens its file when the job starts and again after each new metric column."""
+
+
 def _open_swmr_writing(path: Path) -> h5py.File:
-    """Open ``path`` in SWMR write mode in one step. Opening it for writing first and switching
-    to SWMR after (h5py's ``swmr_mode = True``) marks the file in between as open for plain
-    writing: a kill there left a file that no reader opens, SWMR or not."""
+    """Open ``path`` in SWMR write mode in one step, waiting out a reader's lock. Opening it
+    for writing first and switching to SWMR after (h5py's ``swmr_mode = True``) marks the file
+    in between as open for plain writing: a kill there left a file that no reader opens."""
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_LATEST)  # SWMR_LIBVER
     fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
-    return h5py.File(h5py.h5f.open(os.fsencode(path),
-                                   h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl))
+    deadline = time.monotonic() + LOCK_WAIT
+    backoff = Backoff(start=1e-3, limit=0.1)
+    while True:
+        try:
+            return h5py.File(h5py.h5f.open(os.fsencode(path),
+                                           h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE,
+                                           fapl=fapl))
+        except BlockingIOError:  # another program's lock (EAGAIN)
+            if time.monotonic() >= deadline:
+                raise RecordError(
+                    f"{path}: another program has held a lock on this worker file for "
+                    f"{LOCK_WAIT:g} s, so this job cannot write it; close that program, or "
+                    "open the file without locks (HDF5_USE_FILE_LOCKING=FALSE in its "
+                    "environment), then resume") from None
+            backoff.wait()
 
 
 def _param_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
