@@ -61,7 +61,10 @@ MEASUREMENTS = {"throughput": throughput, "scale": scale, "startup": startup,
 OPT_IN = ("training_reuse", "training_ray", "fidelity_ray")
 """Measurements left out unless ``--only`` names them (their own make target)."""
 DEFAULT = [name for name in MEASUREMENTS if name not in OPT_IN]
-HEADER = ("measurement", "Atoll", "Propulate / control", "ratio Atoll/other", "target", "result")
+HEADER = ("measurement", "Atoll", "other (as the row names it)", "ratio Atoll/other", "target",
+          "result")
+"""The other side is a peer (Propulate, Optuna, Ray Tune) or a control (a plain loop, the
+full-training GA, a recipe): each row says which."""
 
 
 def table(rows: list[Row]) -> str:
@@ -231,13 +234,14 @@ written (56 ms overhead per evaluation).
 """
 
 
-def write_results(path: Path, rows: list[Row], notes: list[str], info: dict[str, str],
-                  command: str, started: datetime.datetime, seconds: float,
+def write_results(path: Path, measured: list[str], rows: list[Row], notes: list[str],
+                  info: dict[str, str], command: str, started: datetime.datetime, seconds: float,
                   loads: tuple[str, str]) -> None:
     failed = [r.measurement for r in rows if r.passed is False]
     text = [
-        "# Atoll vs Propulate 1.2.2 and Optuna 5: benchmark results",
+        "# Atoll's benchmark results",
         "",
+        f"- measurements: {', '.join(measured)}",
         f"- date: {started:%Y-%m-%d %H:%M} (local time), took {seconds / 60:.1f} min",
         f"- command: `{command}` (from the repository root; `make bench` runs "
         "`.venv/bin/python benchmarks/run.py` after its install step)",
@@ -316,8 +320,8 @@ def main() -> None:
     print()
     print(table(rows))
     command = " ".join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]])
-    write_results(args.output, rows, notes, common.machine(), command, started, seconds,
-                  (load_before, _load()))
+    write_results(args.output, chosen, rows, notes, common.machine(), command, started,
+                  seconds, (load_before, _load()))
     print(f"\nwritten {args.output} ({seconds / 60:.1f} min)")
 
 

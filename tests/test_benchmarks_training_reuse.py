@@ -35,6 +35,29 @@ def test_make_bench_leaves_it_out_and_make_bench_training_runs_it_alone():
     assert "pruning" in default.split()
 
 
+def test_a_results_file_says_what_ran_and_each_row_names_its_other_side(tmp_path):
+    """RESULTS-training.md sets Atoll against the full-training GA and Ray Tune, not the
+    peers of RESULTS.md: the title and the header must not name Propulate."""
+    out = tmp_path / "RESULTS.md"
+    code = ("import datetime, sys; from pathlib import Path; import common, run\n"
+            "row = common.Row('epochs to the full GA\\'s best', '69', '117', '0.59', '<= 0.33', "
+            "False)\n"
+            "run.write_results(Path(sys.argv[1]), ['training_reuse', 'fidelity_ray'], [row], "
+            "['a note'], {'nproc': '2'}, 'make bench-training', datetime.datetime.now(), 90.0, "
+            "('1.00', '2.00'))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=BENCHMARKS,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(BENCHMARKS.parent / "app")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    assert text.startswith("# Atoll's benchmark results\n\n- measurements: training_reuse, "
+                           "fidelity_ray\n")
+    assert "Propulate" not in text.split("## What each side ran")[0]
+    header, _, row = text.split("| measurement")[1].splitlines()[:3]
+    assert "| other (as the row names it) |" in header and "| 117 " in row and "| FAIL " in row
+    assert "Targets missed: 1:" in text and "- a note" in text
+
+
 def test_the_spirals_task_is_the_same_everywhere_and_every_arm_is_well_filled():
     first, again = spirals.build("train"), spirals.build("train")
     assert torch_equal(first.images, again.images) and torch_equal(first.labels, again.labels)
