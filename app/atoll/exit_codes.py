@@ -3,6 +3,9 @@ job scripts act on them (jobscripts/common.sh keeps the same numbers)."""
 
 EXIT_OK = 0
 """search/resume: the run's budget is spent; doctor: ready."""
+EXIT_FAILED = 1
+"""search/resume: the search failed on some ranks (a record it could not write, a bug): every
+rank was ended with MPI_Abort after one line naming the rank; fix the cause, then resume."""
 EXIT_BAD_INPUT = 2
 """Bad input (config, space, layout, run directory, record); doctor: the search would refuse."""
 EXIT_GAVE_UP = 70

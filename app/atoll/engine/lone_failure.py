@@ -14,13 +14,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from atoll.exit_codes import EXIT_FAILED
+
 if TYPE_CHECKING:
     from mpi4py import MPI
 
 log = logging.getLogger(__name__)
-
-ABORT_CODE = 1
-"""The job's exit code: not 75, so a job script neither resubmits nor requeues it."""
 
 
 def end_every_rank(comm: MPI.Comm, error: BaseException, run_dir: Path) -> NoReturn:
@@ -33,4 +32,4 @@ def end_every_rank(comm: MPI.Comm, error: BaseException, run_dir: Path) -> NoRet
               "'atoll resume %s'", comm.Get_rank(), run_dir, exc_info=error)
     for handler in logging.getLogger().handlers:
         handler.flush()
-    comm.Abort(ABORT_CODE)
+    comm.Abort(EXIT_FAILED)  # not 75: a job script neither resubmits nor requeues it
