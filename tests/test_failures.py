@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -13,7 +11,7 @@ import pytest
 
 from atoll.individual import Status
 from atoll.record import open_run
-from conftest import ROOT, mpi_env, mpirun_atoll, mpirun_cmd
+from conftest import ROOT, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd
 
 
 @pytest.mark.parametrize("way,k,expected", [
@@ -164,7 +162,7 @@ def test_a_search_that_fails_on_one_rank_ends_the_job_at_once(tmp_path):
         victim.unlink()  # that flush adds the metric column 'half': it reopens the file
         _, err = proc.communicate(timeout=60)
     except (subprocess.TimeoutExpired, FileNotFoundError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc)
         _, err = proc.communicate()
         pytest.fail(f"the job did not end by itself:\n{err[-3000:]}")
     assert proc.returncode != 0, err[-3000:]
