@@ -321,3 +321,32 @@ def test_suggested_commands_paste_into_a_shell_with_a_space_in_the_run_directory
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (pasted, done.stderr)
     assert len(open_run(run_dir).individuals) == 5
+
+
+def test_the_readers_open_files_another_program_locks_though_the_job_asks_for_locks(tmp_path):
+    """The jobscripts and the image set HDF5_USE_FILE_LOCKING=BEST_EFFORT, which overrides
+    h5py's locking=False; Atoll's readers run without locks anyway (a lock they took would
+    hold off a worker's writer), so a file another program locks does not stop them."""
+    run_dir = tmp_path / "r"
+    assert run(atoll_cmd("search", "--config", "examples/sphere.toml", "--run-dir",
+                         str(run_dir), "-q", "--set", "search.generations=4", "--set",
+                         "search.islands=1")).returncode == 0
+    files = sorted(str(p) for p in run_dir.rglob("*.h5"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         "held = [open(p, 'rb') for p in sys.argv[1:]]\n"
+         "for f in held: fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(600)\n", *files], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        env = mpi_env(HDF5_USE_FILE_LOCKING="BEST_EFFORT")
+        plain = run([sys.executable, "-c", "import h5py, sys; h5py.File(sys.argv[1], 'r', "
+                     "locking=False)", files[0]], env=env)
+        assert plain.returncode != 0 and "unable to lock file" in plain.stderr  # it does lock
+        for args in (("inspect",), ("watch", "--plain", "--no-wait"),
+                     ("report", "--no-plots", "--out", str(tmp_path / "report")),
+                     ("consolidate",)):
+            done = run(atoll_cmd(*args[:1], str(run_dir), *args[1:]), env=env)
+            assert done.returncode == 0 and not done.stderr, (args, done.stderr)
+    finally:
+        kill_tree(holder)

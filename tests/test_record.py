@@ -434,20 +434,20 @@ def test_a_writer_waits_out_a_readers_lock_then_says_who_blocks_it(tmp_path: Pat
     """A writer opens its file at the start and again after each new metric column; a reader
     opening it then (``atoll watch`` under the jobscripts' HDF5_USE_FILE_LOCKING=BEST_EFFORT)
     used to leave the writer with no tables, and its next flush failed."""
-    from atoll.record import writer
+    from atoll.record import worker_file
 
     path = tmp_path / "run" / "workers" / "job000-worker00000.h5"
     WorkerLog(path, space, job=0, worker=0, flush_interval=1).close()
     brief = _held_lock(path, 0.5)
     t0 = time.monotonic()
-    writer._open_swmr_writing(path).close()
+    worker_file.open_swmr_writing(path).close()
     assert time.monotonic() - t0 >= 0.3 and brief.wait(timeout=10) == 0
-    monkeypatch.setattr(writer, "LOCK_WAIT", 0.5)
+    monkeypatch.setattr(worker_file, "LOCK_WAIT", 0.5)
     held = _held_lock(path, 60)
     try:
         with pytest.raises(RecordError, match="another program has held a lock on this worker "
                                               "file for 0.5 s.*HDF5_USE_FILE_LOCKING=FALSE"):
-            writer._open_swmr_writing(path)
+            worker_file.open_swmr_writing(path)
     finally:
         held.kill()
         held.wait()

@@ -103,9 +103,6 @@ def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Ite
     # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
     # that find ranks by their environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
-    # It reads without locks; HDF5_USE_FILE_LOCKING (the jobscripts set it) would override
-    # that, and its every open would lock a worker file its writer may be reopening.
-    env["HDF5_USE_FILE_LOCKING"] = "FALSE"
     watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
     try:
         yield
@@ -242,6 +239,17 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
     _finish(summary, top)
 
 
+def _read_without_locks() -> None:
+    """Turn HDF5's file locking off for this process; call before h5py is first imported.
+
+    The views and ``consolidate`` read a run's files without locks, as SWMR readers of files
+    that are only appended to. HDF5_USE_FILE_LOCKING (the jobscripts and the image set it for
+    the ranks) overrides that, so each of their opens would briefly lock a worker file whose
+    writer may be reopening it, and a writer held off too long ends the search. HDF5 reads the
+    variable once, when h5py loads it, so it is set here, before any import of h5py."""
+    os.environ["HDF5_USE_FILE_LOCKING"] = "FALSE"
+
+
 @cli.command()
 @click.argument("run_dir", type=RunDir())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
@@ -253,6 +261,7 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
 def inspect(run_dir: Path, top: int, metric: str | None, debug: bool) -> None:
     """Print a run's metadata, budget, counts by status, commonest failures and best
     individuals with their main metric (reads files only)."""
+    _read_without_locks()
     from atoll.record import open_run
     from atoll.views.inspect import describe
 
@@ -282,6 +291,7 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, no_wait: b
     Example (on a login node, while the job runs):
       atoll watch runs/sphere
     """
+    _read_without_locks()
     from atoll.views.progress import follow
 
     live = sys.stdout.isatty() and not plain
@@ -304,6 +314,7 @@ def consolidate(run_dir: Path, debug: bool) -> None:
     Example:
       atoll consolidate runs/sphere
     """
+    _read_without_locks()  # results.h5 is built in memory and moved in place
     from atoll.collective import one_line
     from atoll.errors import RecordError
     from atoll.record import RunPaths
@@ -385,6 +396,7 @@ def report(run_dir: Path, out: Path | None, csv_files: bool, json_files: bool, t
     Example:
       atoll report runs/sphere --csv --json
     """
+    _read_without_locks()
     from atoll.views.report import run_report
 
     click.echo(_guarded(lambda: run_report(run_dir, out, top=top, csv_files=csv_files,
