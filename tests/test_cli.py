@@ -28,6 +28,14 @@ def imported_modules(*args: str) -> set[str]:
 def test_version_and_help():
     done = run(atoll_cmd("--version"))
     assert done.returncode == 0 and atoll.__version__ in done.stdout
+
+
+def test_help_names_every_exit_code():
+    from atoll import exit_codes
+
+    shown = " ".join(run(atoll_cmd("--help")).stdout.split())
+    codes = sorted({v for k, v in vars(exit_codes).items() if k.startswith("EXIT_")})
+    assert [c for c in codes if not re.search(rf"(?<![\d.]){c}(?![\d.])", shown)] == []
     for command in ([], ["search"], ["resume"], ["inspect"]):
         done = run(atoll_cmd(*command, "--help"))
         assert done.returncode == 0 and "Usage: atoll" in done.stdout

@@ -6,12 +6,9 @@ read files never import torch or start MPI.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,6 +16,7 @@ import click
 
 from atoll import __version__
 from atoll.exit_codes import EXIT_BAD_INPUT
+from atoll.watcher import progress_lines
 
 
 class RunDir(click.Path):
@@ -61,7 +59,8 @@ def cli() -> None:
     """Atoll: asynchronous island-model evolutionary hyperparameter search over MPI.
 
     Run under mpirun/srun for many ranks, or alone as a world of one. Exit codes: 0 done,
-    2 bad input (config, search space, rank layout, run directory), 74 stopped because the
+    2 bad input (config, search space, rank layout, run directory), 70 gave up: evaluations
+    kept failing and none succeeded (fix the objective, then resume), 74 stopped because the
     disk (or quota) is full: free space, then resume, 75 stopped early by a signal (SIGTERM,
     SIGUSR1, SIGINT to a rank; SIGUSR1 to mpirun) or the wall time: resume to continue.
     SIGTERM or Ctrl-C to mpirun: Open MPI ends the job and exits 1; 'atoll inspect' shows
@@ -81,41 +80,6 @@ def _progress_options(command: Callable[..., Any]) -> Callable[..., Any]:
                          help="Seconds between progress lines (rank 0, plain text)."))):
         command = option(command)
     return command
-
-
-_RANK_VARIABLES = ("OMPI_COMM_WORLD", "OMPI_MCA_ess", "PMIX_", "PMI_", "SLURM_PROCID",
-                   "SLURM_LOCALID")
-
-
-@contextlib.contextmanager
-def _progress(run_dir: Path, quiet: bool, verbose: bool, interval: float) -> Iterator[None]:
-    """On rank 0, a watcher process prints progress lines while the job runs (it reads the
-    run's flushed files, so the search itself does no extra work). When the job returns, the
-    watcher prints its last line at once (SIGTERM); after an error it is just stopped."""
-    from atoll.logs import launcher_rank
-
-    if quiet or launcher_rank() != 0:
-        yield
-        return
-    command = [sys.executable, "-m", "atoll", "watch", str(run_dir), "--plain",
-               "--interval", str(interval), "--after", repr(time.time()),
-               "--parent", str(os.getpid()), *(["-v"] if verbose else [])]
-    # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
-    # that find ranks by their environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
-    watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
-    try:
-        yield
-    except BaseException:
-        watcher.kill()
-        watcher.wait()
-        raise
-    watcher.terminate()
-    try:
-        watcher.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        watcher.wait()
 
 
 @cli.command()
@@ -147,7 +111,7 @@ def search(config_path: Path | None, run_dir: Path, overrides: Sequence[str], to
     setup_logging(launcher_rank(), debug)
     config = _guarded(lambda: load_config(config_path, overrides), debug)
     text = _config_text(config_path, overrides)
-    with _progress(run_dir, quiet, verbose, progress_interval):
+    with progress_lines(run_dir, quiet, verbose, progress_interval):
         summary = _guarded(lambda: _mpi_job(
             lambda comm: run_search(config, run_dir, comm, config_text=text)), debug)
     _finish(summary, top)
@@ -233,7 +197,7 @@ def resume(run_dir: Path, overrides: Sequence[str], top: int, quiet: bool, verbo
     from atoll.logs import launcher_rank, setup_logging
 
     setup_logging(launcher_rank(), debug)
-    with _progress(run_dir, quiet, verbose, progress_interval):
+    with progress_lines(run_dir, quiet, verbose, progress_interval):
         summary = _guarded(lambda: _mpi_job(lambda comm: resume_search(run_dir, comm,
                                                                        overrides)), debug)
     _finish(summary, top)
