@@ -28,6 +28,9 @@ def imported_modules(*args: str) -> set[str]:
 def test_version_and_help():
     done = run(atoll_cmd("--version"))
     assert done.returncode == 0 and atoll.__version__ in done.stdout
+    for command in ([], ["search"], ["resume"], ["inspect"]):
+        done = run(atoll_cmd(*command, "--help"))
+        assert done.returncode == 0 and "Usage: atoll" in done.stdout
 
 
 def test_help_names_every_exit_code():
@@ -36,9 +39,6 @@ def test_help_names_every_exit_code():
     shown = " ".join(run(atoll_cmd("--help")).stdout.split())
     codes = sorted({v for k, v in vars(exit_codes).items() if k.startswith("EXIT_")})
     assert [c for c in codes if not re.search(rf"(?<![\d.]){c}(?![\d.])", shown)] == []
-    for command in ([], ["search"], ["resume"], ["inspect"]):
-        done = run(atoll_cmd(*command, "--help"))
-        assert done.returncode == 0 and "Usage: atoll" in done.stdout
 
 
 USAGE_ERRORS = [

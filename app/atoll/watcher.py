@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-RANK_VARIABLES = ("OMPI_COMM_WORLD", "OMPI_MCA_ess", "PMIX_", "PMI_", "SLURM_PROCID",
-                  "SLURM_LOCALID")
+_RANK_VARIABLES = ("OMPI_COMM_WORLD", "OMPI_MCA_ess", "PMIX_", "PMI_", "SLURM_PROCID",
+                   "SLURM_LOCALID")
 
 
 @contextlib.contextmanager
@@ -30,7 +30,7 @@ def progress_lines(run_dir: Path, quiet: bool, verbose: bool, interval: float) -
                "--parent", str(os.getpid()), *(["-v"] if verbose else [])]
     # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
     # that find ranks by their environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(RANK_VARIABLES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
     watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
     try:
         yield

@@ -64,8 +64,8 @@ LOCK_WAIT = 10.0
 ``HDF5_USE_FILE_LOCKING`` is set (the jobscripts and the image set ``BEST_EFFORT``) it
 overrides a reader's ``locking=False``: a reader opening the file with it set (a user's h5py
 or h5ls; Atoll's own commands turn it off) locks it while it opens, and a writer opening it
-then is refused.
-A writer opens its file when the job starts and again after each new metric column."""
+then is refused. A writer opens its file when the job starts and again after each new metric
+column."""
 
 
 def open_swmr_writing(path: Path) -> h5py.File:
