@@ -41,8 +41,11 @@ from typing import Any
 import training_reuse as reuse
 from common import HERE, RAY_PYTHON, Row, ensure_ray_venv, mpi_env
 from search_cache import RAY_TRAINING, SearchCache
-from training_reuse import BUDGET, SEEDS, Curve, best_within, epochs_to
+from training_reuse import BUDGET, Curve, best_within, epochs_to
 
+SEEDS = (1, 2, 3)
+"""Ray's searches take hours, so it runs the first three of training_reuse's seeds, and its rows
+judge Atoll's searches of those same seeds."""
 PEERS = {"ASHA": "ASHAScheduler", "PBT": "PopulationBasedTraining"}
 """Atoll's method (training_reuse.METHODS) -> the Ray Tune scheduler set against it."""
 REFERENCE = "full GA"
