@@ -4,6 +4,7 @@ some island's worker wants it, and goes when none does (units on a real director
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,7 +20,7 @@ from atoll.engine.topology import plan_layout
 from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin
 from atoll.record import RunPaths, open_run, read_history
 from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
-from conftest import mpirun_atoll
+from conftest import mpirun_atoll, mpirun_cmd, run
 
 
 def result(ident: int, loss: float, owner: int = 0) -> Individual:
@@ -202,6 +203,30 @@ def exchanged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir))
     assert done.returncode == 0, done.stderr[-4000:]
     return run_dir, mode
+
+
+def test_deleted_checkpoints_are_said_in_the_rank_logs_not_on_the_console(tmp_path):
+    """Housekeeping once per individual would bury the console's progress and warnings: each
+    deletion is a line in the deleting rank's log file only."""
+    config = tmp_path / "atoll.toml"
+    config.write_text(CONFIG.format(seed=1, keep=KEEP, mode="pollination"))
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stderr[-4000:]
+    said = re.findall(r"checkpoint of individual (\d+) deleted",
+                      "".join(p.read_text() for p in (run_dir / "logs").glob("*.log")))
+    kept = set(RunPaths(run_dir).checkpoint_files())
+    assert said and not kept & {int(i) for i in said}
+    assert " deleted" not in done.stdout + done.stderr
+    # The Python API, in a script that logs at INFO: the same
+    script = tmp_path / "mine.py"
+    script.write_text("import logging, sys, atoll\n"
+                      "logging.basicConfig(level=logging.INFO)\n"
+                      "atoll.search(atoll.load_config(sys.argv[1]), sys.argv[2])\n")
+    done = run(mpirun_cmd(2, str(script), str(config), str(tmp_path / "api")))
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert " deleted" not in done.stdout + done.stderr
+    assert "deleted" in "".join(p.read_text() for p in (tmp_path / "api" / "logs").glob("*"))
 
 
 def rows_and_epochs(run_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:

@@ -29,6 +29,10 @@ def launcher_rank() -> int:
 
 JOB_LOGGER = "atoll.job"
 
+FILE_ONLY = {"atoll_file_only": True}
+"""``extra`` of a line for the rank's log file alone: housekeeping said once per event (a
+checkpoint deleted), which on the console would bury what a person must read."""
+
 
 def setup_logging(rank: int, verbose: bool = False) -> None:
     """The console: rank 0 at INFO, other ranks' warnings; ``verbose`` (``--debug``): DEBUG
@@ -42,6 +46,8 @@ def setup_logging(rank: int, verbose: bool = False) -> None:
         handler.setFormatter(formatter)
         if rank != 0:
             handler.addFilter(_not_the_jobs)
+        if not verbose:
+            handler.addFilter(_not_file_only)
 
 
 class _OneLine(logging.Formatter):
@@ -65,23 +71,28 @@ def _not_the_jobs(record: logging.LogRecord) -> bool:
     return not record.name.startswith(JOB_LOGGER)
 
 
+def _not_file_only(record: logging.LogRecord) -> bool:
+    return not getattr(record, "atoll_file_only", False)
+
+
 @contextlib.contextmanager
 def job_messages_on_rank_0(rank: int) -> Iterator[None]:
     """For the Python API, where the user's script set up logging, or nothing did: while the
     block runs, the console handlers (and Python's last-resort one) show job-level messages
-    on rank 0 only, as the command line's do; the rank log files keep them."""
-    if rank == 0:
-        yield
-        return
+    on rank 0 only and no file-only lines, as the command line's do; the rank log files keep
+    them."""
+    filters = [_not_file_only] if rank == 0 else [_not_file_only, _not_the_jobs]
     consoles = [*logging.getLogger().handlers, *([logging.lastResort] if logging.lastResort
                                                  else [])]
     for handler in consoles:
-        handler.addFilter(_not_the_jobs)
+        for kept_out in filters:
+            handler.addFilter(kept_out)
     try:
         yield
     finally:
         for handler in consoles:
-            handler.removeFilter(_not_the_jobs)
+            for kept_out in filters:
+                handler.removeFilter(kept_out)
 
 
 RANK_FORMAT = "%(asctime)s rank {rank} host {host} worker {worker} %(levelname)s %(name)s: " \

@@ -35,6 +35,7 @@ from typing import Any
 import h5py
 
 from atoll.individual import Individual, replaced_member
+from atoll.logs import FILE_ONLY
 from atoll.record import full, holds
 from atoll.record._h5 import text, written_whole
 from atoll.record.paths import RunPaths
@@ -321,7 +322,7 @@ class Retention:
                 log.info("checkpoint of individual %d deleted: no island's worker wants it any "
                          "more (among its island's best %d, inherit.keep, among its own best "
                          "%d, migration.migrants, or a PBT member)", ident, self.keep,
-                         self.emigrants)
+                         self.emigrants, extra=FILE_ONLY)
                 self.store.discard(ident)
 
     def _own_best(self) -> set[int]:
@@ -343,7 +344,7 @@ def release_earlier_holds(store: CheckpointStore, job: int) -> list[int]:
         store.discard(ident)
     if emptied:
         log.info("%d checkpoint(s) deleted: no island's worker wants them in this job",
-                 len(emptied))
+                 len(emptied), extra=FILE_ONLY)
     return emptied
 
 
