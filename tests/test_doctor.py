@@ -13,6 +13,7 @@ from atoll.job.doctor_checks import (
     Row,
     gpu_rows,
     lock_rows,
+    paused_checkpoint_rows,
     ranks_text,
     render,
     space_rows,
@@ -261,6 +262,62 @@ def test_the_space_check_counts_a_checkpoint_per_worker():
     (kept,) = space_rows(config, layout, ROOT, free, checkpoint=3 * 2**30)
     assert plain.status == OK and "checkpoint" not in plain.detail
     assert kept.status == FAIL and "4 checkpoint(s) of 3.0 GiB" in kept.detail
+
+
+ASHA = """seed = 5
+[objective]
+name = "objectives:promotion_demo"
+[objective.options]
+trace = "{trace}"
+epochs = 9
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+evaluations = 100
+[evolution]
+random_init = 1.0
+[pruning]
+rule = "asha"
+eta = 3
+min_epochs = 1
+max_epochs = 9
+"""
+
+
+def test_rungs_below_counts_the_rungs_the_schedulers_judge_at():
+    from atoll.scheduling.halving import is_rung, rungs_below
+
+    for low, eta, top in [(1, 3, 27), (1, 3, 28), (2, 3, 30), (1, 2, 9), (4, 4, 4), (3, 2, 2)]:
+        assert rungs_below(low, eta, top) == sum(is_rung(e, low, eta, top) for e in range(top))
+
+
+def test_the_checkpoint_check_says_what_asha_keeps_and_what_bounds_it(tmp_path):
+    """Paused individuals keep their checkpoints, with random candidates about eta^R - 1 per
+    completed evaluation (here 3^2 - 1 = 8): the estimate covers what a real search leaves,
+    without being far above it; unbounded is a warning, a limit is said."""
+    from atoll.config import load_config, parse_config
+
+    path = tmp_path / "atoll.toml"
+    path.write_text(ASHA.format(trace=tmp_path))
+    run_dir = tmp_path / "run"
+    done = run(mpirun_cmd(4, "-m", "atoll", "search", "-q", "--config", str(path),
+                          "--run-dir", str(run_dir)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    kept = len(list((run_dir / "checkpoints").glob("ind*.h5")))
+    (row,) = paused_checkpoint_rows(load_config(path), 100, checkpoint=2**20)
+    assert row.status == WARN and "nothing bounds them" in row.detail
+    assert "8 per completed evaluation" in row.detail and "800 for a budget of 100" in row.detail
+    assert "800.0 MiB at the size of the largest checkpoint" in row.detail
+    assert 800 / 3 <= kept <= 800, kept
+    bounded = load_config(path, ["record.checkpoint_limit_mb=500"])
+    (row,) = paused_checkpoint_rows(bounded, 100)
+    assert row.status == OK and "record.checkpoint_limit_mb = 500 bounds them" in row.detail
+    assert "each the size of your training state" in row.detail
+    unknown = load_config(path, ["pruning.max_epochs=0"])
+    assert "set pruning.max_epochs" in paused_checkpoint_rows(unknown, 100)[0].detail
+    assert paused_checkpoint_rows(parse_config({"objective": {"name": "sphere"}}), 100) == []
 
 
 LONG_CHOICES = """[objective]

@@ -40,10 +40,11 @@ from atoll.job.doctor_checks import (
     layout_rows,
     lock_rows,
     mpi_rows,
+    paused_checkpoint_rows,
     render,
     space_rows,
 )
-from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same
+from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, run_budget
 from atoll.job.preflight import preflight
 from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
@@ -349,4 +350,5 @@ def _filesystem(comm: MPI.Comm, config: Config, layout: Layout | None, run_dir: 
     if layout is not None:
         largest = checkpoint_bytes(RunPaths(run_dir))[1]
         rows += space_rows(config, layout, where, shutil.disk_usage(where).free, largest)
+        rows += paused_checkpoint_rows(config, run_budget(config, layout.workers), largest)
     return rows

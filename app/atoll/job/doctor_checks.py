@@ -240,6 +240,40 @@ def space_rows(config: Config, layout: Layout, where: Path, free: int, checkpoin
                 detail + ": free some space or choose another run directory")]
 
 
+def paused_checkpoint_rows(config: Config, budget: int, checkpoint: int = 0) -> list[Row]:
+    """Under ``asha`` every paused individual keeps its checkpoint until it is promoted, and
+    after the run: with random candidates about ``eta**R - 1`` per completed evaluation (``R``
+    rungs), so the checkpoints outnumber the budget many times over, each as large as the
+    training state (``checkpoint``: the largest the run keeps now). Said before the search,
+    with what bounds them."""
+    from atoll.scheduling.halving import rungs_below
+
+    pruning, limit = config.pruning, config.record.checkpoint_limit_mb
+    if not pruning.pauses:
+        return []
+    detail = ("pruning.rule = 'asha' keeps every paused individual's checkpoint until it is "
+              "promoted, also after the run: ")
+    if pruning.max_epochs:
+        rungs = rungs_below(pruning.min_epochs, pruning.eta, pruning.max_epochs)
+        each = pruning.eta ** rungs - 1
+        detail += (f"up to about {each:,} per completed evaluation ({pruning.eta}^{rungs} - 1, "
+                   f"{rungs} rung(s) below max_epochs), {budget * each:,} for a budget of "
+                   f"{budget:,}, " + (f"{_size(budget * each * checkpoint)} at the size of the "
+                                      "largest checkpoint now" if checkpoint else
+                                      "each the size of your training state"))
+    else:
+        detail += ("up to about eta^R - 1 per completed evaluation, R the rungs it passes (set "
+                   "pruning.max_epochs to have them counted)")
+    if limit > 0:
+        return [Row("checkpoints", OK, f"{detail}; record.checkpoint_limit_mb = {limit:g} bounds "
+                                       "them: a save past it is skipped with a warning, and an "
+                                       "evaluation without a checkpoint at its rung stops there "
+                                       "instead of pausing")]
+    return [Row("checkpoints", WARN, f"{detail}; nothing bounds them: set "
+                                     "record.checkpoint_limit_mb, or check that the run "
+                                     "directory's quota holds them")]
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":

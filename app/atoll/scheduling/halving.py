@@ -33,6 +33,14 @@ def is_rung(epoch: int, min_epochs: int, eta: int, max_epochs: int = 0) -> bool:
     return factor == 1
 
 
+def rungs_below(min_epochs: int, eta: int, max_epochs: int) -> int:
+    """How many rungs an evaluation that trains all ``max_epochs`` (> 0) passes."""
+    count, trained = 0, min_epochs
+    while trained < max_epochs:
+        count, trained = count + 1, trained * eta
+    return count
+
+
 class SuccessiveHalving:
     """The sorted values at each rung, and the verdict on an evaluation reaching one."""
 
