@@ -20,7 +20,7 @@ import pytest
 from atoll.config import MigrationConfig, PruningConfig, parse_config
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.memory import MemoryPost, MemoryRecorder
-from atoll.engine.paused import paused_on, to_resume
+from atoll.engine.paused import paused_on, paused_without_checkpoint, to_resume
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
 from atoll.evolution import Continue, ga_strategy
@@ -288,8 +288,12 @@ def test_a_resume_finds_paused_individuals_and_continues_a_cut_promotion():
     rows["started"] = [5.0, 1.0, 4.0, 2.0, 3.0]
     rows["inherit_from"], rows["inherit_epoch"] = [-1, -1, 7, -1, -1], [-1, -1, 2, -1, -1]
     layout = Layout(2, 1, 1)
-    (paused,) = paused_on(rows, SPACE, layout, 0, cut={3})
+    (paused,) = paused_on(rows, SPACE, layout, 0, cut={3}, kept={1, 2, 3, 4})
     assert (paused.id, paused.inherit_from, paused.inherit_epoch) == (2, 7, 2)  # its lineage
+    assert paused_without_checkpoint(rows, cut={3}, kept={1, 2, 3, 4}) == []
+    # its checkpoint deleted: it can never be promoted
+    assert paused_on(rows, SPACE, layout, 0, cut={3}, kept={1, 3, 4}) == []
+    assert paused_without_checkpoint(rows, cut={3}, kept={1, 3, 4}) == [2]
     assert to_resume(rows, cut={3})["id"].tolist() == [3, 4]
 
 
@@ -386,13 +390,22 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     cut = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmax(
         ind["loss"][ind["status"] == int(Status.PAUSED)])])
     paths.promotion_claim(cut).hardlink_to(paths.checkpoint_file(cut))
+    # ... and as if the user had deleted the best paused one's checkpoint: it cannot go on.
+    gone = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmin(
+        ind["loss"][ind["status"] == int(Status.PAUSED)])])
+    paths.checkpoint_file(gone).unlink()
     again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=24", "-q")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("paused individual(s) have no checkpoint any more") == 1
+    assert f"1 paused individual(s) have no checkpoint any more ({paths.checkpoint_file(gone)}" \
+        in again.stderr
+    waiting.discard(gone)
     rows, promoted = check_parts(tmp_path, run_dir, 2)
     assert promoted & waiting  # paused in job 0, continued in job 1 from their checkpoints
     later = read_history(run_dir, 2)[0]
     assert np.count_nonzero(np.isin(later["status"], FINISHED)) == 24
     assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
+    assert np.count_nonzero(later["id"] == gone) == 1 and gone not in promoted
     assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
         p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
 

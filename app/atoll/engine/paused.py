@@ -31,13 +31,26 @@ def to_resume(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
 
 
 def paused_on(individuals: np.ndarray, space: Space, layout: Layout, island: int,
-              cut: Set[int]) -> list[Individual]:
+              cut: Set[int], kept: Set[int]) -> list[Individual]:
     """The individuals paused on ``island`` of the new layout (old island ``i`` becomes
-    ``i % islands``; paused ones never migrate), except the ``cut`` ones, in order of id."""
-    rows = last_parts(individuals)
-    rows = rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))
-                & (rows["island"] % layout.islands == island)]
+    ``i % islands``; paused ones never migrate) that still have a checkpoint (``kept``: the
+    ids of those that do), except the ``cut`` ones, in order of id."""
+    rows = _paused(individuals, cut)
+    rows = rows[(rows["island"] % layout.islands == island) & np.isin(rows["id"], list(kept))]
     found = recorded(rows, space)
     for ind in found:
         ind.island = island
     return found
+
+
+def paused_without_checkpoint(individuals: np.ndarray, cut: Set[int],
+                              kept: Set[int]) -> list[int]:
+    """Ids of the run's paused individuals (on any island) whose checkpoint is gone, as
+    after a user deleted ``RUN_DIR/checkpoints``: they can never be promoted."""
+    rows = _paused(individuals, cut)
+    return sorted(int(i) for i in rows["id"] if int(i) not in kept)
+
+
+def _paused(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
+    rows = last_parts(individuals)
+    return rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))]
