@@ -315,6 +315,13 @@ def test_the_checkpoint_check_says_what_asha_keeps_and_what_bounds_it(tmp_path):
     (row,) = paused_checkpoint_rows(bounded, 100)
     assert row.status == OK and "record.checkpoint_limit_mb = 500 bounds them" in row.detail
     assert "each the size of your training state" in row.detail
+    command = parse_config({"objective": {"command": ["python", "train.py"]},
+                            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+                            "pruning": {"rule": "asha", "max_epochs": 9},
+                            "record": {"checkpoint_limit_mb": 500}})
+    (row,) = paused_checkpoint_rows(command, 100, checkpoint=2**20)
+    assert row.status == WARN and "does not count a command's own checkpoint" in row.detail
+    assert "MiB" not in row.detail  # its directories' size is not known
     unknown = load_config(path, ["pruning.max_epochs=0"])
     assert "set pruning.max_epochs" in paused_checkpoint_rows(unknown, 100)[0].detail
     assert paused_checkpoint_rows(parse_config({"objective": {"name": "sphere"}}), 100) == []

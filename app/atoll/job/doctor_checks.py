@@ -244,34 +244,38 @@ def paused_checkpoint_rows(config: Config, budget: int, checkpoint: int = 0) -> 
     """Under ``asha`` every paused individual keeps its checkpoint until it is promoted, and
     after the run: with random candidates about ``eta**R - 1`` per completed evaluation (``R``
     rungs), so the checkpoints outnumber the budget many times over, each as large as the
-    training state (``checkpoint``: the largest the run keeps now). Said before the search,
-    with what bounds them."""
+    training state (``checkpoint``: the largest the run keeps now; a command's own directory
+    is not in it). Said before the search, with what bounds them."""
     from atoll.scheduling.halving import rungs_below
 
     pruning, limit = config.pruning, config.record.checkpoint_limit_mb
     if not pruning.pauses:
         return []
+    command = bool(config.objective.command)
     detail = ("pruning.rule = 'asha' keeps every paused individual's checkpoint until it is "
               "promoted, also after the run: ")
     if pruning.max_epochs:
         rungs = rungs_below(pruning.min_epochs, pruning.eta, pruning.max_epochs)
         each = pruning.eta ** rungs - 1
+        size = (f"{_size(budget * each * checkpoint)} at the size of the largest checkpoint now"
+                if checkpoint and not command else "each the size of your training state")
         detail += (f"up to about {each:,} per completed evaluation ({pruning.eta}^{rungs} - 1, "
                    f"{rungs} rung(s) below max_epochs), {budget * each:,} for a budget of "
-                   f"{budget:,}, " + (f"{_size(budget * each * checkpoint)} at the size of the "
-                                      "largest checkpoint now" if checkpoint else
-                                      "each the size of your training state"))
+                   f"{budget:,}, {size}")
     else:
         detail += ("up to about eta^R - 1 per completed evaluation, R the rungs it passes (set "
                    "pruning.max_epochs to have them counted)")
+    quota = "check that the run directory's quota holds them"
+    if command:
+        return [Row("checkpoints", WARN, f"{detail}; record.checkpoint_limit_mb does not count "
+                                         f"a command's own checkpoint directories: {quota}")]
     if limit > 0:
         return [Row("checkpoints", OK, f"{detail}; record.checkpoint_limit_mb = {limit:g} bounds "
                                        "them: a save past it is skipped with a warning, and an "
                                        "evaluation without a checkpoint at its rung stops there "
                                        "instead of pausing")]
     return [Row("checkpoints", WARN, f"{detail}; nothing bounds them: set "
-                                     "record.checkpoint_limit_mb, or check that the run "
-                                     "directory's quota holds them")]
+                                     f"record.checkpoint_limit_mb, or {quota}")]
 
 
 def _size(n: float) -> str:
