@@ -44,6 +44,8 @@ class Snapshot:
     failed: int
     this_job: int  # evaluations that spend the budget, newest job
     metric: str
+    pruned: int = 0  # stopped early by the pruning rule (counted in ``completed``)
+    paused: int = 0  # waiting at a rung for promotion (asha; not counted)
     objective: str = "loss"  # what the objective's result is called (facts.value_name)
     best: dict[str, Any] = field(default_factory=dict)  # id, objective, metric value, params
     new_rows: list[dict[str, Any]] = field(default_factory=list)  # for --each: since `seen`
@@ -92,14 +94,16 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         budget=int(run.metadata.get("budget") or 0), completed=int(np.count_nonzero(counted)),
         failed=int(np.count_nonzero(ind["status"] == Status.FAILED)),
         this_job=int(np.count_nonzero(counted & (ind["born"] >= start))),
-        metric=metric, objective=value_name(run), best=best, new_rows=new_rows)
+        metric=metric, pruned=int(np.count_nonzero(ind["status"] == Status.PRUNED)),
+        paused=int(np.count_nonzero(ind["status"] == Status.PAUSED)),
+        objective=value_name(run), best=best, new_rows=new_rows)
 
 
 def line(snap: Snapshot) -> str:
     """One plain line (no control characters), for log files and pipes."""
     share = f" ({100 * snap.completed / snap.budget:.0f}%)" if snap.budget else ""
     parts = [f"{snap.completed} of {snap.budget} done{share}", f"{snap.rate:.2f}/s",
-             f"{snap.failed} failed"]
+             f"{snap.failed} failed", *(f"{count} {what}" for what, count in _early(snap))]
     if snap.best:
         parts.append(f"best {_best(snap)}")
     if snap.running:
@@ -219,11 +223,20 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
         table.add_row("done", f"{snap.completed} of {snap.budget}")
         table.add_row("rate", f"{snap.rate:.2f} evaluations/s")
         table.add_row("failed", str(snap.failed))
+        for what, count in _early(snap):
+            table.add_row(what, str(count))
         table.add_row("best", _best(snap) if snap.best else "none yet")
         table.add_row("ETA", duration(snap.eta) if snap.running else "job ended")
         live.update(table, refresh=True)
 
     return show, live.stop
+
+
+def _early(snap: Snapshot) -> list[tuple[str, int]]:
+    """What the pruning rule did so far, when it did anything: a search under ``asha`` can
+    be busy for long with evaluations that pause at a rung and spend no budget."""
+    return [(what, count) for what, count in (("pruned", snap.pruned), ("paused", snap.paused))
+            if count]
 
 
 def _best(snap: Snapshot) -> str:
