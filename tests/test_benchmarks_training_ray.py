@@ -48,10 +48,12 @@ def test_the_ray_venv_gets_the_torch_atoll_is_installed_with():
 
 def test_the_ray_side_gets_atolls_space_data_and_budget_for_every_task_and_seed(tmp_path):
     tasks = peer.ray_tasks(tmp_path)
-    assert len(tasks) == len(reuse.TASKS) * len(peer.PEERS) * len(reuse.SEEDS)
+    assert len(tasks) == len(reuse.TASKS) * len(peer.PEERS) * len(peer.SEEDS)
     assert {(t["task"], t["scheduler"], t["seed"]) for t in tasks} == {
         (task, method, seed) for task in reuse.TASKS for method in peer.PEERS
-        for seed in reuse.SEEDS}
+        for seed in peer.SEEDS}
+    # Ray's seeds are training_reuse's first ones: its rows judge searches that ran anyway
+    assert peer.SEEDS == reuse.SEEDS[:len(peer.SEEDS)]
     for task in tasks:
         assert task["dataset"] == reuse.TASKS[task["task"]][1]
         assert task["budget"] == reuse.BUDGET and task["max_t"] == reuse.EPOCHS
@@ -99,7 +101,7 @@ def test_atolls_curves_are_the_searches_training_reuse_made_in_this_process(tmp_
         reuse.SEARCHED.clear()
     assert set(curves) == {peer.REFERENCE, *peer.PEERS}
     for method, paths in curves.items():
-        assert [p is made[("digits", method, s)] for p, s in zip(paths, reuse.SEEDS,
+        assert [p is made[("digits", method, s)] for p, s in zip(paths, peer.SEEDS,
                                                                   strict=True)] == [True] * 3
     assert not list(tmp_path.glob("digits-*")), "no search may run when the curves exist"
 
