@@ -52,7 +52,7 @@ bench-full: $(STAMP)
 	$(BIN)/python benchmarks/run.py --only peers --peers full --output benchmarks/RESULTS-full.md --cache benchmarks/searches
 
 # Reusing training, too slow for make bench: ASHA, inherited weights and PBT against full
-# training (about 20 minutes on 2 cores), Ray Tune's ASHA and PBT as peers on the same tasks
+# training (about 30 minutes on 2 cores, 5 seeds), Ray Tune's ASHA and PBT as peers on the same tasks
 # (hours: Ray starts a trainer per trial; each of these searches is kept in
 # benchmarks/searches/ray-training.jsonl as it ends, in the repository, so a run stopped
 # part-way goes on and a fresh clone runs none of them) and its ASHA on the learning-curve task
