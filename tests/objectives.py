@@ -163,20 +163,23 @@ def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
     ``options.drift`` makes later individuals worse, so paused ones soon qualify for
     promotion), continued from the checkpoint kept after each epoch (unless
     ``options.checkpoints`` is false); each epoch takes ``options.sleep`` seconds (0). Every rank
-    appends the epochs it trains to ``options.trace``/ID-rankR.txt and joins an allreduce per
-    epoch, so ranks that stopped at different epochs would hang instead of passing."""
+    appends the epochs it trains to ``options.trace``/ID-rankR.txt (if given) and joins an
+    allreduce per epoch, so ranks that stopped at different epochs would hang instead of
+    passing."""
     from pathlib import Path
 
     keep = bool(ctx.options.get("checkpoints", True))
     saved = ctx.load_checkpoint() if keep else None
-    trace = Path(ctx.options["trace"]) / f"{ctx.individual_id}-rank{ctx.rank}.txt"
+    folder = ctx.options.get("trace")
+    trace = Path(folder) / f"{ctx.individual_id}-rank{ctx.rank}.txt" if folder else None
     value = float(params["x"]) + float(ctx.options.get("drift", 0.0)) * ctx.individual_id
     for epoch in range(saved.epoch + 1 if saved is not None else 0,
                        int(ctx.options.get("epochs", 4))):
         ctx.comm.allreduce(epoch)
         time.sleep(float(ctx.options.get("sleep", 0.0)))
-        with trace.open("a") as f:
-            f.write(f"{epoch}\n")
+        if trace is not None:
+            with trace.open("a") as f:
+                f.write(f"{epoch}\n")
         if keep:
             ctx.save_checkpoint({"epoch": epoch}, epoch)
         if ctx.report(epoch, val_loss=value + 1.0 / (epoch + 1)):

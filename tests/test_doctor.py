@@ -264,26 +264,7 @@ def test_the_space_check_counts_a_checkpoint_per_worker():
     assert kept.status == FAIL and "4 checkpoint(s) of 3.0 GiB" in kept.detail
 
 
-ASHA = """seed = 5
-[objective]
-name = "objectives:promotion_demo"
-[objective.options]
-trace = "{trace}"
-epochs = 9
-[space.x]
-type = "float"
-low = 0.0
-high = 1.0
-[search]
-evaluations = 100
-[evolution]
-random_init = 1.0
-[pruning]
-rule = "asha"
-eta = 3
-min_epochs = 1
-max_epochs = 9
-"""
+ASHA = ROOT / "tests" / "configs" / "asha_demo.toml"
 
 
 def test_rungs_below_counts_the_rungs_the_schedulers_judge_at():
@@ -299,8 +280,7 @@ def test_the_checkpoint_check_says_what_asha_keeps_and_what_bounds_it(tmp_path):
     without being far above it; unbounded is a warning, a limit is said."""
     from atoll.config import load_config, parse_config
 
-    path = tmp_path / "atoll.toml"
-    path.write_text(ASHA.format(trace=tmp_path))
+    path = ASHA
     run_dir = tmp_path / "run"
     done = run(mpirun_cmd(4, "-m", "atoll", "search", "-q", "--config", str(path),
                           "--run-dir", str(run_dir)))

@@ -196,36 +196,15 @@ def test_watch_on_a_terminal_draws_a_live_table_with_verbose_rows_above(tmp_path
     assert "\x1b" not in plain.stdout and progress_lines(plain.stdout)
 
 
-ASHA = """seed = 2
-[objective]
-name = "objectives:promotion_demo"
-[objective.options]
-trace = "{trace}"
-epochs = 9
-[space.x]
-type = "float"
-low = 0.0
-high = 1.0
-[search]
-evaluations = 20
-[evolution]
-random_init = 1.0
-[pruning]
-rule = "asha"
-max_epochs = 9
-"""
-
-
 def test_the_progress_line_counts_what_the_pruning_rule_paused_and_stopped(tmp_path):
     """Under asha workers are busy with evaluations that pause and spend no budget: the line
     says how many; under halving, how many were stopped; without a rule, neither."""
-    config = tmp_path / "asha.toml"
-    config.write_text(ASHA.format(trace=tmp_path))
     counts = {}
     for rule in ("asha", "halving", "none"):
         run_dir = tmp_path / rule
-        assert mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir),
-                            "-q", "--set", f"pruning.rule={rule}").returncode == 0
+        assert mpirun_atoll(2, "search", "--config", "tests/configs/asha_demo.toml", "--run-dir",
+                            str(run_dir), "-q", "--set", "search.evaluations=20", "--set",
+                            f"pruning.rule={rule}").returncode == 0
         status = open_run(run_dir).individuals["status"]
         counts[rule] = {what: int(np.count_nonzero(status == int(s)))
                         for what, s in (("paused", Status.PAUSED), ("pruned", Status.PRUNED))}
