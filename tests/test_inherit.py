@@ -414,6 +414,25 @@ def test_inspect_shows_no_lineage_for_a_run_without_inheritance(tmp_path):
     assert "inherited" not in "\n".join(lines) and len(lines) > 2
 
 
+def test_under_asha_a_child_of_a_fully_trained_parent_trains_unjudged(tmp_path):
+    """A child's epochs number on from its parent's, and only completed individuals are
+    parents: under asha it starts past the last rung, so it never pauses, while candidates
+    from scratch do (README, "Inherited weights and population-based training")."""
+    config = tmp_path / "asha.toml"
+    config.write_text(LINEAGE_CONFIG.format(enabled="true") + '[pruning]\nrule = "asha"\n'
+                      "eta = 2\nmin_epochs = 1\nmax_epochs = 2\n")  # one rung: after epoch 0
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(config), "--run-dir", str(run_dir),
+                        "--set", "search.evaluations=24")
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows, epochs = table(run_dir)
+    history = read_history(run_dir, 1)[0]
+    paused = set(history["id"][history["status"] == int(Status.PAUSED)].tolist())
+    children = {i for i, r in rows.items() if r["inherit_from"] != NO_PARENT}
+    assert children and paused and not children & paused
+    assert all(epochs[i][0] >= 2 for i in children)  # past the rung, past max_epochs
+
+
 @pytest.mark.parametrize("strategy", ["hybrid", "cmaes", "ga"])
 def test_inheriting_with_cmaes_candidates_is_said_once(tmp_path, strategy):
     """CMA-ES's candidates have no parents: with inherit.enabled they train from scratch, and
