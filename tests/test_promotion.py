@@ -20,7 +20,7 @@ import pytest
 from atoll.config import MigrationConfig, PruningConfig, parse_config
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.memory import MemoryPost, MemoryRecorder
-from atoll.engine.paused import paused_on, paused_without_checkpoint, to_resume
+from atoll.engine.paused import paused_on, paused_rows, to_resume, without_checkpoint
 from atoll.engine.population import Population
 from atoll.engine.topology import Layout
 from atoll.evolution import Continue, ga_strategy
@@ -288,12 +288,13 @@ def test_a_resume_finds_paused_individuals_and_continues_a_cut_promotion():
     rows["started"] = [5.0, 1.0, 4.0, 2.0, 3.0]
     rows["inherit_from"], rows["inherit_epoch"] = [-1, -1, 7, -1, -1], [-1, -1, 2, -1, -1]
     layout = Layout(2, 1, 1)
-    (paused,) = paused_on(rows, SPACE, layout, 0, cut={3}, kept={1, 2, 3, 4})
+    waiting = paused_rows(rows, cut={3})
+    (paused,) = paused_on(waiting, SPACE, layout, 0, kept={1, 2, 3, 4})
     assert (paused.id, paused.inherit_from, paused.inherit_epoch) == (2, 7, 2)  # its lineage
-    assert paused_without_checkpoint(rows, cut={3}, kept={1, 2, 3, 4}) == []
+    assert without_checkpoint(waiting, kept={1, 2, 3, 4}) == []
     # its checkpoint deleted: it can never be promoted
-    assert paused_on(rows, SPACE, layout, 0, cut={3}, kept={1, 3, 4}) == []
-    assert paused_without_checkpoint(rows, cut={3}, kept={1, 3, 4}) == [2]
+    assert paused_on(waiting, SPACE, layout, 0, kept={1, 3, 4}) == []
+    assert without_checkpoint(waiting, kept={1, 3, 4}) == [2]
     assert to_resume(rows, cut={3})["id"].tolist() == [3, 4]
 
 

@@ -30,27 +30,27 @@ def to_resume(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
     return rows[rows["status"] == int(Status.INTERRUPTED)]
 
 
-def paused_on(individuals: np.ndarray, space: Space, layout: Layout, island: int,
-              cut: Set[int], kept: Set[int]) -> list[Individual]:
-    """The individuals paused on ``island`` of the new layout (old island ``i`` becomes
-    ``i % islands``; paused ones never migrate) that still have a checkpoint (``kept``: the
-    ids of those that do), except the ``cut`` ones, in order of id."""
-    rows = _paused(individuals, cut)
-    rows = rows[(rows["island"] % layout.islands == island) & np.isin(rows["id"], list(kept))]
+def paused_rows(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
+    """The last parts of the run's paused individuals (on any island), except the ``cut``
+    ones."""
+    rows = last_parts(individuals)
+    return rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))]
+
+
+def paused_on(paused: np.ndarray, space: Space, layout: Layout, island: int,
+              kept: Set[int]) -> list[Individual]:
+    """The individuals of ``paused`` (:func:`paused_rows`) on ``island`` of the new layout
+    (old island ``i`` becomes ``i % islands``; paused ones never migrate) that still have a
+    checkpoint (``kept``: the ids of those that do), in order of id."""
+    rows = paused[(paused["island"] % layout.islands == island)
+                  & np.isin(paused["id"], list(kept))]
     found = recorded(rows, space)
     for ind in found:
         ind.island = island
     return found
 
 
-def paused_without_checkpoint(individuals: np.ndarray, cut: Set[int],
-                              kept: Set[int]) -> list[int]:
-    """Ids of the run's paused individuals (on any island) whose checkpoint is gone, as
-    after a user deleted ``RUN_DIR/checkpoints``: they can never be promoted."""
-    rows = _paused(individuals, cut)
-    return sorted(int(i) for i in rows["id"] if int(i) not in kept)
-
-
-def _paused(individuals: np.ndarray, cut: Set[int]) -> np.ndarray:
-    rows = last_parts(individuals)
-    return rows[(rows["status"] == int(Status.PAUSED)) & ~np.isin(rows["id"], list(cut))]
+def without_checkpoint(paused: np.ndarray, kept: Set[int]) -> list[int]:
+    """Ids of the individuals of ``paused`` whose checkpoint is gone, as after a user deleted
+    ``RUN_DIR/checkpoints``: they can never be promoted."""
+    return sorted(int(i) for i in paused["id"] if int(i) not in kept)

@@ -20,7 +20,7 @@ from atoll.config import Config, config_to_dict
 from atoll.engine.giving_up import GAVE_UP, FailureWatch, commonest_error
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.lone_failure import end_every_rank
-from atoll.engine.paused import paused_on, paused_without_checkpoint, to_resume
+from atoll.engine.paused import paused_on, paused_rows, to_resume, without_checkpoint
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population, to_continue
@@ -332,13 +332,14 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     if waiting:
         log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
                  ", ".join(str(i.id) for i in waiting))
-    kept = set(paths.checkpoint_files())
-    lost = paused_without_checkpoint(individuals, cut, kept)
+    waiting_at_rungs = paused_rows(individuals, cut)
+    kept = set(paths.checkpoint_files()) if len(waiting_at_rungs) else set()
+    lost = without_checkpoint(waiting_at_rungs, kept)
     if lost:
         log.warning("%d paused individual(s) have no checkpoint any more (%s is gone, for one): "
                     "they cannot be promoted, and stay paused in the record", len(lost),
                     paths.checkpoint_file(lost[0]))
-    paused = paused_on(individuals, plan.config.space, topo.layout, topo.island, cut, kept)
+    paused = paused_on(waiting_at_rungs, plan.config.space, topo.layout, topo.island, kept)
     succeeded = bool((individuals["status"] == int(Status.OK)).any())
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
                               topo.island), waiting, paused, succeeded
