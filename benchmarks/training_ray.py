@@ -43,7 +43,7 @@ from common import HERE, RAY_PYTHON, Row, ensure_ray_venv, mpi_env
 from search_cache import RAY_TRAINING, SearchCache
 from training_reuse import BUDGET, Curve, best_within, epochs_to
 
-SEEDS = (1, 2, 3)
+SEEDS = reuse.SEEDS[:3]
 """Ray's searches take hours, so it runs the first three of training_reuse's seeds, and its rows
 judge Atoll's searches of those same seeds."""
 PEERS = {"ASHA": "ASHAScheduler", "PBT": "PopulationBasedTraining"}
