@@ -410,6 +410,12 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     assert np.count_nonzero(later["id"] == gone) == parts_of_gone  # job 1 never ran it
     assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
         p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+    # inspect counts it apart from the paused individuals a resume can still promote.
+    still = np.count_nonzero(open_run(run_dir).individuals["status"] == int(Status.PAUSED)) - 1
+    shown = run(atoll_cmd("inspect", str(run_dir)))
+    assert "1 paused individual has no checkpoint any more" in shown.stdout
+    waiting_line = [line for line in shown.stdout.splitlines() if "waiting for promotion" in line]
+    assert waiting_line == [] if still == 0 else waiting_line[0].startswith(f"{still} individual")
 
 
 def shown_durations(run_dir: Path, top: int) -> dict[int, float]:

@@ -81,12 +81,18 @@ def notes(run: RunData) -> list[str]:
         notes.append(f"{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
                      "closed: a job is running or was killed (rows up to its last flush are "
                      "shown)")
-    paused = int(np.count_nonzero(run.individuals["status"] == int(Status.PAUSED)))
+    lost = int(meta.get("paused_without_checkpoint", 0))
+    paused = int(np.count_nonzero(run.individuals["status"] == int(Status.PAUSED))) - lost
     if paused:
         notes.append(f"{paused} individual{'s are' if paused > 1 else ' is'} paused at a rung "
                      "(pruning.rule = 'asha'), waiting for promotion: not counted in the "
                      "budget, which they spend once promoted and finished; they stay paused "
                      "when the budget is spent")
+    if lost:
+        notes.append(f"{lost} paused individual{'s have' if lost > 1 else ' has'} no checkpoint "
+                     "any more (deleted from RUN_DIR/checkpoints): a resume cannot promote "
+                     f"{'them' if lost > 1 else 'it'}, and the record keeps "
+                     f"{'them' if lost > 1 else 'it'} as paused")
     if "warning" in meta:
         notes.append(f"Warning: {meta['warning']}")
     return notes
