@@ -477,6 +477,11 @@ CASES = [
     Case("misspelt_pruning_rule", SEARCH,
          "atoll: error: pruning.rule: expected one of 'none', 'median', 'halving', 'asha', got "
          "'medain'; did you mean 'median'?", toml='[pruning]\nrule = "medain"\n'),
+    Case("asha_rungs_past_the_last_epoch", SEARCH,
+         "atoll: error: pruning.min_epochs: 12 is not below pruning.max_epochs = 9, so no rung "
+         "comes before a full evaluation ends and 'asha' would judge nothing; lower min_epochs "
+         "or raise max_epochs",
+         toml='[pruning]\nrule = "asha"\nmin_epochs = 12\nmax_epochs = 9\n'),
     # ranges
     Case("reversed_float_range", SEARCH,
          "atoll: error: space.x: low=2.0 is above high=1.0; swap the bounds",

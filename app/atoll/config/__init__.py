@@ -68,6 +68,12 @@ def parse_config(table: Mapping[str, Any]) -> Config:
     if unknown:
         raise ConfigError(f"inherit.shape_params: {unknown[0]!r} is not a parameter of [space] "
                           f"(parameters: {', '.join(space.names)})")
+    pruning = section(table, "pruning")
+    if pruning.rule in ("halving", "asha") and 0 < pruning.max_epochs <= pruning.min_epochs:
+        raise ConfigError(f"pruning.min_epochs: {pruning.min_epochs} is not below "
+                          f"pruning.max_epochs = {pruning.max_epochs}, so no rung comes before "
+                          f"a full evaluation ends and {pruning.rule!r} would judge nothing; "
+                          "lower min_epochs or raise max_epochs")
     return Config(
         seed=integer(0)(table.get("seed", 0), "seed"),
         objective=objective,
@@ -77,7 +83,7 @@ def parse_config(table: Mapping[str, Any]) -> Config:
         migration=section(table, "migration"),
         record=section(table, "record"),
         distributed=section(table, "distributed"),
-        pruning=section(table, "pruning"),
+        pruning=pruning,
         inherit=inherit,
         pbt=section(table, "pbt"),
     )
