@@ -306,13 +306,15 @@ def test_a_killed_run_consolidated_for_plain_h5py_then_resumed_shows_as_killed(t
     assert bad.returncode == 2 and bad.stderr.startswith("atoll: error: ")
     assert len(bad.stderr.splitlines()) == 1
 
-    # a later job ran: inspect no longer calls the killed one "running or killed"
+    # a later job ran: inspect no longer calls the killed one (nor its file) "running"
     status = open_run(run_dir).individuals["status"]
     budget = int(np.count_nonzero(status != Status.INTERRUPTED)) + 2
     assert run(atoll_cmd("resume", str(run_dir), "-q", "--set",
                          f"search.evaluations={budget}")).returncode == 0
     shown = run(atoll_cmd("inspect", str(run_dir))).stdout
     assert "-> killed (no end recorded);" in shown and "running or killed" not in shown, shown
+    assert "2 of 3 worker files not closed: their jobs were killed" in shown, shown
+    assert "a job is running" not in shown, shown
 
 
 def test_suggested_commands_paste_into_a_shell_with_a_space_in_the_run_directory(tmp_path):

@@ -147,6 +147,11 @@ def temp_for(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
+def job_of(worker_file: str | os.PathLike[str]) -> int:
+    """The job that wrote a worker file (-1 for a name that is not a worker file's)."""
+    return _job_worker(Path(worker_file))[0]
+
+
 def _job_worker(path: Path) -> tuple[int, int, str]:
     """Sort key: numeric, so that job 1000 comes after job 999."""
     match = _WORKER_NAME.fullmatch(path.name)

@@ -14,6 +14,7 @@ import numpy as np
 
 from atoll.individual import Status
 from atoll.record import plain
+from atoll.record.paths import job_of
 from atoll.record.reader import RunData
 from atoll.views.facts import (
     best_epochs,
@@ -78,9 +79,11 @@ def notes(run: RunData) -> list[str]:
     notes = []
     unclosed = meta.get("unclosed_worker_files") or []
     if unclosed:
+        why = ("a job is running or was killed (rows up to its last flush are shown)"
+               if _newest_may_run(run, unclosed) else
+               "their jobs were killed (rows up to each one's last flush are shown)")
         notes.append(f"{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
-                     "closed: a job is running or was killed (rows up to its last flush are "
-                     "shown)")
+                     f"closed: {why}")
     lost = int(meta.get("paused_without_checkpoint", 0))
     paused = int(np.count_nonzero(run.individuals["status"] == int(Status.PAUSED))) - lost
     if paused:
@@ -96,6 +99,16 @@ def notes(run: RunData) -> list[str]:
     if "warning" in meta:
         notes.append(f"Warning: {meta['warning']}")
     return notes
+
+
+def _newest_may_run(run: RunData, unclosed: list[str]) -> bool:
+    """Whether some of the ``unclosed`` worker files are the newest job's and it recorded no
+    end: only that job may still be running; an earlier one without an end was killed."""
+    if not len(run.jobs):
+        return True  # run.h5 is gone: nothing tells
+    newest = run.jobs[np.argmax(run.jobs["job"])]
+    return (not math.isfinite(float(newest["stop"]))
+            and any(job_of(path) == int(newest["job"]) for path in unclosed))
 
 
 # -- counts and failures ---------------------------------------------------------------------
