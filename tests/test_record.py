@@ -376,6 +376,33 @@ def test_maybe_flush_honours_the_interval(tmp_path: Path, space: Space) -> None:
     assert len(read_completed_file(tmp_path / "w.h5")) == 2
 
 
+def test_epochs_reach_the_file_by_the_interval_and_around_each_checkpoint(tmp_path: Path,
+                                                                          space: Space) -> None:
+    """A long evaluation's epochs are flushed while it trains: once the interval has passed,
+    and before a checkpoint (an epoch reported, then saved) and at the next epoch after it (an
+    epoch saved, then reported)."""
+    path = tmp_path / "w.h5"
+    log = WorkerLog(path, space, job=0, worker=0, flush_interval=3600)
+    log.add_epoch(7, 0, 1.0, {"acc": 0.1})
+    log.add_epoch(7, 1, 2.0, {"acc": 0.2})
+    assert shapes_seen_by_another_process(path) == [0, 0, 0]
+    log.before_checkpoint()
+    assert shapes_seen_by_another_process(path) == [0, 2, 0]
+    log.add_epoch(7, 2, 3.0, {"acc": 0.3})
+    assert shapes_seen_by_another_process(path) == [0, 3, 0]
+    log.add_epoch(7, 3, 4.0, {"acc": 0.4})
+    assert shapes_seen_by_another_process(path) == [0, 3, 0]
+    log.close()
+
+    soon = WorkerLog(tmp_path / "soon.h5", space, job=0, worker=0, flush_interval=0.2)
+    soon.add_epoch(7, 0, 1.0, {"acc": 0.1})
+    assert shapes_seen_by_another_process(tmp_path / "soon.h5") == [0, 0, 0]
+    time.sleep(0.3)
+    soon.add_epoch(7, 1, 2.0, {"acc": 0.2})
+    assert shapes_seen_by_another_process(tmp_path / "soon.h5") == [0, 2, 0]
+    soon.close()
+
+
 def read_completed_file(path: Path) -> np.ndarray:
     with h5py.File(path, "r") as f:
         return f["individuals"][: f["individuals"].attrs["rows"]]
@@ -596,21 +623,22 @@ ADD_ROW = textwrap.dedent("""
     from atoll.individual import Individual, Status
 
     def add_row(log, i, late, counts):
-        \"\"\"Individual i (every fifth failed), its epoch (with a metric "late" when late),
-        a migration of every seventh; counts the rows queued.\"\"\"
+        \"\"\"Individual i (every fifth failed), a migration of every seventh, its epoch
+        (with a metric "late" when late; last, as adding an epoch may flush); counts the rows
+        queued.\"\"\"
         failed = i % 5 == 4
+        counts[0] += 1
+        counts[1] += 1
+        counts[2] += i % 7 == 0
         log.add_individual(Individual(
             i, {"lr": 1e-3, "layers": 1 + i % 5, "act": ("relu", "tanh", "gelü")[i % 3],
                 "batch": 32, "dropout": 0.25, "norm": i % 2 == 0},
             loss=0.5 * i, status=Status.FAILED if failed else Status.OK,
             error=("boom %d" % i) if failed else ""))
-        log.add_epoch(i, 0, float(i), {"acc": float(i), "late": 1.0} if late else
-                      {"acc": float(i)})  # a new column: the epochs table is rebuilt
-        counts[0] += 1
-        counts[1] += 1
         if i % 7 == 0:
             log.add_migration(i, 1, "migration", 0, 1, 0, 1, float(i))
-            counts[2] += 1
+        log.add_epoch(i, 0, float(i), {"acc": float(i), "late": 1.0} if late else
+                      {"acc": float(i)})  # a new column: the epochs table is rebuilt
 """)
 
 WRITER = ADD_ROW + textwrap.dedent("""

@@ -310,8 +310,9 @@ def test_after_a_job_that_ended_the_next_ids_follow_its_last(tmp_path):
 
 def test_an_evaluation_a_kill_9_cut_short_continues_from_its_checkpoint(tmp_path):
     """kill -9 of the whole job in mid-training: the evaluations in flight have no row, only
-    their checkpoints (which keep the individual); the next job continues them under their ids,
-    with at most the one epoch redone that the kill cut short."""
+    their checkpoints (which keep the individual) and the epoch rows the checkpoints hold; the
+    next job continues them under their ids, with at most the one epoch redone that the kill
+    cut short, and the record has each one's whole curve."""
     trace = tmp_path / "trace"
     trace.mkdir()
     run_dir = tmp_path / "run"
@@ -334,12 +335,29 @@ def test_an_evaluation_a_kill_9_cut_short_continues_from_its_checkpoint(tmp_path
     recorded = set(open_run(run_dir).individuals["id"].tolist())
     cut_short = {int(p.stem[3:]) for p in (run_dir / "checkpoints").glob("ind*.h5")} - recorded
     assert cut_short, "no evaluation was in flight with a checkpoint at the kill"
+    rows = open_run(run_dir).epochs
+    for ident in cut_short:  # the epochs its checkpoint holds are in the record
+        mine = sorted(rows["epoch"][rows["individual"] == ident].tolist())
+        assert mine and mine == list(range(len(mine))), (ident, mine)
+    # inspect and the report show them as evaluations with no result yet
+    ahead = ~np.isin(rows["individual"], list(recorded))
+    shown = run(atoll_cmd("inspect", str(run_dir))).stdout
+    assert (f"Epochs: {len(rows)} ({np.count_nonzero(ahead)} of evaluations with no result "
+            "yet: running, or cut short by a kill)") in shown, shown
+    from atoll.views.plots.curves import intermediate_figure
+
+    drawn = [c for c in intermediate_figure(open_run(run_dir)).axes[0].collections
+             if c.get_label().startswith("no result yet")]
+    assert len(drawn[0].get_segments()) == len(np.unique(rows["individual"][ahead]))
     done = resume(run_dir, 2)
     assert done.returncode == 0, done.stderr[-2000:]
     ind = check_complete(run_dir, 6)
     assert cut_short <= set(ind["id"].tolist())
     assert (ind["status"] == int(Status.OK)).all() and (ind["loss"] == 6.0).all()
+    rows = open_run(run_dir).epochs
     for ident in cut_short:
         epochs = [int(e) for e in (trace / f"{ident}.txt").read_text().split()]
         assert sorted(set(epochs)) == list(range(6)) and len(epochs) <= 7, (ident, epochs)
+        recorded = rows["epoch"][rows["individual"] == ident].tolist()
+        assert sorted(recorded) == list(range(6)), (ident, recorded)  # its whole curve
     assert not list((run_dir / "checkpoints").glob("ind*.h5"))

@@ -149,6 +149,8 @@ class CheckpointCalls:
         """(saved | refused | disk full | error, message) of the leader's write."""
         assert self.services.checkpoints is not None
         try:
+            if self.services.before_checkpoint is not None:
+                self.services.before_checkpoint()
             saved = self.services.checkpoints.save(self.individual_id, epoch, state, self.about)
         except full.DiskFull as exc:  # reported: the job stops at the next ctx.report
             log.warning("individual %d: checkpoint at epoch %d not saved (%s); the previous one "

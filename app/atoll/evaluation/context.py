@@ -55,6 +55,9 @@ class WorkerServices:
     the same on every rank."""
     checkpoints: CheckpointStore | None = None
     """The run's checkpoints (on every rank: the leader writes, every rank reads)."""
+    before_checkpoint: Callable[[], None] | None = None
+    """Called on the leader before it writes a checkpoint (the record flushes the epochs it
+    holds)."""
     metric_check: MetricCheck | None = None
     """Sees the metrics the leader's reports carry (when pruning is on)."""
     meeting: Meeting | None = field(init=False, default=None)

@@ -50,7 +50,8 @@ class WorkerEvaluator:
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None,
-                checkpoints: CheckpointStore | None = None) -> WorkerEvaluator:
+                checkpoints: CheckpointStore | None = None,
+                before_checkpoint: Callable[[], None] | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
             comm=comm, seed=config.seed, local_rank=local_rank,
@@ -59,7 +60,7 @@ class WorkerEvaluator:
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
-            checkpoints=checkpoints,
+            checkpoints=checkpoints, before_checkpoint=before_checkpoint,
             metric_check=MetricCheck(config.pruning.metric) if config.pruning.active else None)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")

@@ -266,7 +266,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         offer_weights=keeper.offer if keeper is not None else None,
         # the same answer on every rank of the worker (one small allreduce per epoch)
         should_stop=lambda: stop.agreed(topo.worker_comm),
-        judge_epoch=pruning.judge if pruning is not None else None, checkpoints=checkpoints)
+        judge_epoch=pruning.judge if pruning is not None else None, checkpoints=checkpoints,
+        before_checkpoint=log_file.before_checkpoint if log_file is not None else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None

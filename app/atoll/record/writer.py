@@ -5,6 +5,12 @@ resize and one slice assignment per table (and one for the error texts,
 :mod:`atoll.record.texts`), ``h5file.flush()``, then the tables' ``rows`` attributes are raised
 to the new counts and the file is flushed again. No text goes to HDF5's global heap.
 
+A flush is due after each evaluation and after each epoch reported, once ``flush_interval``
+seconds have passed, so a long evaluation's curve reaches the file (and ``atoll watch``) while
+it trains. Before a checkpoint is written, and at the next epoch reported after it, the rows
+are flushed at once: the record then holds every epoch a checkpoint holds, whichever comes
+first in the objective, and an evaluation continued from it after a kill has its whole curve.
+
 The file is written in HDF5's SWMR mode. Without it, HDF5 writes its metadata at a flush in
 no particular order, and a kill in the middle of one can leave a committed table behind a
 pointer past the file's recorded end ("addr overflow": one CI run in five met it). In SWMR
@@ -83,6 +89,7 @@ class WorkerLog:
         """Asked before each flush: False once another job took the run over, whose ids and
         budget these rows must not touch; they are dropped then, and said."""
         self._last_flush = time.monotonic()
+        self._next_epoch_now = False  # set before a checkpoint: flush its epoch's row at once
 
     # -- appending: memory only ------------------------------------------------------------
     def add_individual(self, ind: Individual) -> None:
@@ -111,6 +118,19 @@ class WorkerLog:
             for name in values:
                 self._known.setdefault(check_metric_name(name))
         self._epochs.append((individual_id, epoch, time, values))
+        if self._next_epoch_now:
+            self._next_epoch_now = False
+            self.flush()
+        else:
+            self.maybe_flush()
+
+    def before_checkpoint(self) -> None:
+        """The running evaluation is about to write a checkpoint: the rows so far reach the
+        file first, and the next epoch's as soon as it is reported (an objective may report
+        an epoch before or after saving it)."""
+        if self.pending:
+            self.flush()
+        self._next_epoch_now = True
 
     def add_migration(self, individual_id: int, version: int, mode: str, from_island: int,
                       to_island: int, from_worker: int, to_worker: int, time: float) -> None:

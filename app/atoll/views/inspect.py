@@ -86,8 +86,12 @@ def _counts(run: RunData) -> list[str]:
     spent = f"; budget: {done} of {budget} completed" if budget else ""
     paused = int(np.count_nonzero(status == int(Status.PAUSED)))
     spent += f"; {paused} paused, not counted in it" if paused else ""
+    ahead = int(np.count_nonzero(~np.isin(run.epochs["individual"], run.individuals["id"])))
+    ahead_text = (f" ({ahead} of evaluations with no result yet: running, or cut short by a "
+                  "kill)") if ahead else ""
     return [f"Evaluations: {len(status)} ({counts}){spent}",
-            f"Epochs: {len(run.epochs)}; migrations: {moved}; pollinations: {pollinated}"]
+            f"Epochs: {len(run.epochs)}{ahead_text}; migrations: {moved}; "
+            f"pollinations: {pollinated}"]
 
 
 def _failures(run: RunData) -> list[str]:

@@ -22,8 +22,13 @@ from atoll.record.reader import RunData
 from atoll.views.facts import LOSS_METRIC, metric_names, ranked
 from atoll.views.plots.common import STATUS_COLOURS, Plot, figure, log_axis, save, spans_decades
 
-DRAW_ORDER = (Status.INTERRUPTED, Status.PAUSED, Status.FAILED, Status.PRUNED, Status.OK)
+UNDER_WAY = None
+"""The "status" of a curve whose individual has no row yet: its evaluation is running (epochs
+reach the record as they are reported), or a kill cut it short and no job continued it yet."""
+DRAW_ORDER: tuple[Status | None, ...] = (Status.INTERRUPTED, Status.PAUSED, Status.FAILED,
+                                         Status.PRUNED, UNDER_WAY, Status.OK)
 """Statuses from the bottom layer to the top: completed curves over the ones they judged."""
+UNDER_WAY_COLOUR = "#2ca02c"
 PRUNED_AT = re.compile(r"pruned at epoch (-?\d+)")
 """The error text the evaluator records for a pruned individual."""
 STOPPED = DRAW_ORDER[:-1]
@@ -35,7 +40,8 @@ class Curve:
     """One individual's reported values of one metric, in epoch order."""
 
     ident: int
-    status: Status
+    status: Status | None
+    """How its evaluation ended; None (:data:`UNDER_WAY`) while it has no row."""
     epochs: np.ndarray
     values: np.ndarray
     stopped: int
@@ -63,8 +69,9 @@ def curve_metric(run: RunData) -> str:
 
 
 def curves(run: RunData, metric: str) -> list[Curve]:
-    """The curve of every recorded individual that reported epochs, with how it ended (its
-    latest row's status, for an individual evaluated again after an interruption)."""
+    """The curve of every individual that reported epochs, with how it ended (its latest
+    row's status, for an individual evaluated again after an interruption; :data:`UNDER_WAY`
+    for one without a row)."""
     epochs = run.epochs
     if not len(epochs) or metric not in (epochs.dtype.names or ()):
         return []
@@ -75,12 +82,11 @@ def curves(run: RunData, metric: str) -> list[Curve]:
     ids, starts = np.unique(epochs["individual"][order], return_index=True)
     found = []
     for ident, rows in zip(ids.tolist(), np.split(order, starts[1:]), strict=True):
-        if ident in status:
-            numbers = epochs["epoch"][rows]
-            at = np.flatnonzero(numbers == _pruned_at(error[ident]))
-            found.append(Curve(ident, Status(status[ident]), numbers,
-                               epochs[metric][rows].astype(float),
-                               int(at[0]) if len(at) else len(rows) - 1))
+        numbers = epochs["epoch"][rows]
+        at = np.flatnonzero(numbers == _pruned_at(error.get(ident, "")))
+        found.append(Curve(ident, Status(status[ident]) if ident in status else UNDER_WAY,
+                           numbers, epochs[metric][rows].astype(float),
+                           int(at[0]) if len(at) else len(rows) - 1))
     return found
 
 
@@ -91,15 +97,18 @@ def _pruned_at(error: str | bytes) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def status_label(status: Status, count: int) -> str:
+def status_label(status: Status | None, count: int) -> str:
     text = {Status.OK: "ok", Status.PRUNED: "pruned (x: where it was stopped)",
             Status.FAILED: "failed (x: last epoch before the error)",
             Status.INTERRUPTED: "interrupted (job stopped)",
-            Status.PAUSED: "paused (x: the rung it waits at)"}[status]
+            Status.PAUSED: "paused (x: the rung it waits at)",
+            UNDER_WAY: "no result yet (x: its last epoch; running, or cut short by a kill)"
+            }[status]
     return f"{text}: {count}"
 
 
-def draw_curves(ax: Any, found: list[Curve], statuses: tuple[Status, ...], strong: bool) -> None:
+def draw_curves(ax: Any, found: list[Curve], statuses: tuple[Status | None, ...],
+                strong: bool) -> None:
     """The curves of ``statuses`` as one line collection each, labelled with their count; the
     curves that did not complete end with an x. ``strong`` draws completed curves opaque,
     otherwise every curve is thin and faded (a background to other lines)."""
@@ -108,9 +117,10 @@ def draw_curves(ax: Any, found: list[Curve], statuses: tuple[Status, ...], stron
         mine = [c for c in found if c.status == status]
         if not mine:
             continue
-        full = strong and status == Status.OK
+        full = strong and status in (Status.OK, UNDER_WAY)  # the live curves stand out too
         alpha = (0.35 if many else 0.7) if full else (0.15 if many else 0.45)
-        colour = to_rgba(STATUS_COLOURS[status] if strong else "0.45", alpha)
+        shade = UNDER_WAY_COLOUR if status is UNDER_WAY else STATUS_COLOURS[status]
+        colour = to_rgba(shade if strong else "0.45", alpha)
         ax.add_collection(LineCollection(
             [np.column_stack([c.epochs, c.values]) for c in mine], colors=[colour],
             linewidths=1.2 if full else 0.8, label=status_label(status, len(mine)),
@@ -118,7 +128,8 @@ def draw_curves(ax: Any, found: list[Curve], statuses: tuple[Status, ...], stron
         if status != Status.OK:
             ax.scatter([c.epochs[c.stopped] for c in mine], [c.values[c.stopped] for c in mine],
                        marker="x", s=22 if not many else 8, color=[colour], linewidths=1.0,
-                       zorder=2, label=f"_stopped {status.name.lower()}")
+                       zorder=2,
+                       label=f"_stopped {'under way' if status is None else status.name.lower()}")
 
 
 def intermediate_figure(run: RunData) -> Figure | str:
@@ -156,8 +167,11 @@ def intermediate_figure(run: RunData) -> Figure | str:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3),
                fontsize="small", frameon=False)
-    fig.suptitle(f"Intermediate values: {metric} at each epoch of the {len(found)} of "
-                 f"{len(run.individuals)} individuals that reported epochs, by how they ended")
+    under_way = sum(c.status is UNDER_WAY for c in found)
+    parts = [f"{len(found) - under_way} of {len(run.individuals)} individuals, by how they "
+             "ended"] if len(found) > under_way else []
+    parts += [f"{under_way} with no result yet"] if under_way else []
+    fig.suptitle(f"Intermediate values: {metric} at each epoch of {'; '.join(parts)}")
     return fig
 
 
@@ -169,4 +183,5 @@ def intermediate_values(run: RunData, out: Path, top: int) -> Plot | str:
     return save(fig, out / "intermediate.png", "Intermediate values of every individual",
                 f"Every individual's {metric} at each epoch it reported, coloured by how its "
                 "evaluation ended; a curve that did not complete (pruned, failed, interrupted, "
-                "paused) ends with an x where it stopped; the best individual's curve in black.")
+                "paused) ends with an x where it stopped, as does one with no result yet "
+                "(still running, or cut short by a kill); the best individual's curve in black.")
