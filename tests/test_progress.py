@@ -3,6 +3,7 @@ mpirun jobs and real CLI subprocesses reading the run's files."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -215,3 +216,28 @@ def test_the_progress_line_counts_what_the_pruning_rule_paused_and_stopped(tmp_p
             assert (f", {count} {what}," in last) == (count > 0), (rule, last)
     assert counts["asha"]["paused"] > 0 and counts["halving"]["pruned"] > 0
     assert counts["none"] == {"paused": 0, "pruned": 0}
+
+
+TRAINING = re.compile(r", (\d) training \(at epochs? (\d+)(?:-(\d+))?\)")
+
+
+def test_the_progress_line_shows_the_epochs_of_evaluations_under_way(tmp_path):
+    """A long training's epochs reach the files as it trains: before its first result the
+    line says how many evaluations are training and which epochs they reached."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    done = mpirun_atoll(2, "search", *SLOW, "--run-dir", str(tmp_path / "run"), "--set",
+                        "objective.name=objectives:checkpointed", "--set",
+                        f"objective.options.trace={json.dumps(str(trace))}", "--set",
+                        "objective.options.epochs=25", "--set", "objective.options.sleep=0.1",
+                        "--set", "search.generations=1", "--set", "record.flush_interval=0.2",
+                        "--progress-interval", "0.5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = progress_lines(done.stdout)
+    seen = [(line, TRAINING.search(line)) for line in lines]
+    under_way = [(line, found) for line, found in seen if found]
+    assert under_way and all(" 0 of 2 done" in line for line, _ in under_way), lines
+    reached = [int(found[3] or found[2]) for _, found in under_way]
+    assert reached == sorted(reached) and reached[-1] > reached[0], lines  # it moves on
+    assert all(1 <= int(found[1]) <= 2 and int(found[2]) <= 24 for _, found in under_way)
+    assert lines[-1].endswith("job ended") and not TRAINING.search(lines[-1])

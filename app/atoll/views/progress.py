@@ -25,6 +25,7 @@ from atoll.errors import RecordError, suggested
 from atoll.individual import FINISHED, Status
 from atoll.record import RunPaths, open_run, plain
 from atoll.record.claim import held, running
+from atoll.record.reader import RunData
 from atoll.views.facts import best_epoch_values, main_metric, value_name, values
 from atoll.views.inspect import duration
 
@@ -46,6 +47,7 @@ class Snapshot:
     metric: str
     pruned: int = 0  # stopped early by the pruning rule (counted in ``completed``)
     paused: int = 0  # waiting at a rung for promotion (asha; not counted)
+    training: tuple[int, ...] = ()  # the last epoch reported by each evaluation under way
     objective: str = "loss"  # what the objective's result is called (facts.value_name)
     best: dict[str, Any] = field(default_factory=dict)  # id, objective, metric value, params
     new_rows: list[dict[str, Any]] = field(default_factory=list)  # for --each: since `seen`
@@ -96,14 +98,30 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         this_job=int(np.count_nonzero(counted & (ind["born"] >= start))),
         metric=metric, pruned=int(np.count_nonzero(ind["status"] == Status.PRUNED)),
         paused=int(np.count_nonzero(ind["status"] == Status.PAUSED)),
+        training=_training(run, start) if len(jobs) and not math.isfinite(stop) else (),
         objective=value_name(run), best=best, new_rows=new_rows)
+
+
+def _training(run: RunData, since: float) -> tuple[int, ...]:
+    """The last epoch each evaluation under way reported (its epochs reach the files as it
+    trains): epochs of this job newer than their individual's last recorded part, if any."""
+    ended = dict(zip(run.individuals["id"].tolist(), run.individuals["finished"].tolist(),
+                     strict=True))
+    last: dict[int, int] = {}
+    for ident, epoch, when in zip(run.epochs["individual"].tolist(),
+                                  run.epochs["epoch"].tolist(), run.epochs["time"].tolist(),
+                                  strict=True):
+        if when >= since and when > ended.get(ident, -math.inf):
+            last[ident] = max(epoch, last.get(ident, epoch))
+    return tuple(sorted(last.values()))
 
 
 def line(snap: Snapshot) -> str:
     """One plain line (no control characters), for log files and pipes."""
     share = f" ({100 * snap.completed / snap.budget:.0f}%)" if snap.budget else ""
     parts = [f"{snap.completed} of {snap.budget} done{share}", f"{snap.rate:.2f}/s",
-             f"{snap.failed} failed", *(f"{count} {what}" for what, count in _early(snap))]
+             f"{snap.failed} failed",
+             *(f"{count} {what}{detail}" for what, count, detail in _early(snap))]
     if snap.best:
         parts.append(f"best {_best(snap)}")
     if snap.running:
@@ -223,8 +241,8 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
         table.add_row("done", f"{snap.completed} of {snap.budget}")
         table.add_row("rate", f"{snap.rate:.2f} evaluations/s")
         table.add_row("failed", str(snap.failed))
-        for what, count in _early(snap):
-            table.add_row(what, str(count))
+        for what, count, detail in _early(snap):
+            table.add_row(what, f"{count}{detail}")
         table.add_row("best", _best(snap) if snap.best else "none yet")
         table.add_row("ETA", duration(snap.eta) if snap.running else "job ended")
         live.update(table, refresh=True)
@@ -232,11 +250,18 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
     return show, live.stop
 
 
-def _early(snap: Snapshot) -> list[tuple[str, int]]:
-    """What the pruning rule did so far, when it did anything: a search under ``asha`` can
-    be busy for long with evaluations that pause at a rung and spend no budget."""
-    return [(what, count) for what, count in (("pruned", snap.pruned), ("paused", snap.paused))
-            if count]
+def _early(snap: Snapshot) -> list[tuple[str, int, str]]:
+    """(what, how many, detail): what the pruning rule did so far, when it did anything (a
+    search under ``asha`` can be busy for long with evaluations that pause at a rung and spend
+    no budget), and the evaluations under way with the epochs they reached (a long training
+    shows its progress before its first result)."""
+    found = [(what, count, "") for what, count in (("pruned", snap.pruned),
+                                                   ("paused", snap.paused)) if count]
+    if snap.training:
+        low, high = snap.training[0], snap.training[-1]
+        reached = f"epoch {low}" if low == high else f"epochs {low}-{high}"
+        found.append(("training", len(snap.training), f" (at {reached})"))
+    return found
 
 
 def _best(snap: Snapshot) -> str:
