@@ -105,15 +105,18 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
 def _training(run: RunData, since: float) -> tuple[int, ...]:
     """The last epoch each evaluation under way reported (its epochs reach the files as it
     trains): epochs of this job newer than their individual's last recorded part, if any."""
-    ended = dict(zip(run.individuals["id"].tolist(), run.individuals["finished"].tolist(),
-                     strict=True))
-    last: dict[int, int] = {}
-    for ident, epoch, when in zip(run.epochs["individual"].tolist(),
-                                  run.epochs["epoch"].tolist(), run.epochs["time"].tolist(),
-                                  strict=True):
-        if when >= since and when > ended.get(ident, -math.inf):
-            last[ident] = max(epoch, last.get(ident, epoch))
-    return tuple(sorted(last.values()))
+    ind, epochs = run.individuals, run.epochs
+    order = np.argsort(ind["id"])
+    ids, finished = ind["id"][order], ind["finished"][order]
+    at = np.minimum(np.searchsorted(ids, epochs["individual"]), max(len(ids) - 1, 0))
+    known = (ids[at] == epochs["individual"]) if len(ids) else np.zeros(len(epochs), bool)
+    ended = np.where(known, finished[at] if len(ids) else 0.0, -np.inf)
+    ahead = epochs[(epochs["time"] >= since) & (epochs["time"] > ended)]
+    if not len(ahead):
+        return ()
+    ahead = ahead[np.lexsort((ahead["epoch"], ahead["individual"]))]
+    last = np.flatnonzero(np.append(np.diff(ahead["individual"]) != 0, True))
+    return tuple(sorted(ahead["epoch"][last].tolist()))
 
 
 def line(snap: Snapshot) -> str:
