@@ -241,3 +241,25 @@ def test_the_progress_line_shows_the_epochs_of_evaluations_under_way(tmp_path):
     assert reached == sorted(reached) and reached[-1] > reached[0], lines  # it moves on
     assert all(1 <= int(found[1]) <= 2 and int(found[2]) <= 24 for _, found in under_way)
     assert lines[-1].endswith("job ended") and not TRAINING.search(lines[-1])
+
+
+def test_evaluations_under_way_are_epochs_newer_than_their_individuals_last_part():
+    """A continued evaluation (a paused one promoted, an interrupted one resumed) has a row of
+    its earlier part: its newer epochs are under way; a new one has no row at all."""
+    from atoll.record.reader import RunData
+    from atoll.space import Space
+    from atoll.views.progress import _training
+
+    individuals = np.array([(1, 10.0), (3, 20.0)], dtype=[("id", "i8"), ("finished", "f8")])
+    epochs = np.array([(1, 2, 5.0), (1, 3, 12.0), (1, 4, 13.0),  # 1: paused at 10, promoted
+                       (2, 0, 11.0),  # 2: no row yet
+                       (3, 0, 15.0),  # 3: done at 20
+                       (4, 7, 1.0)],  # 4: cut short by a kill in an earlier job
+                      dtype=[("individual", "i8"), ("epoch", "i8"), ("time", "f8")])
+    run = RunData(individuals=individuals, epochs=epochs, migrations=np.empty(0),
+                  jobs=np.empty(0), space=Space.from_dict({"x": {"type": "float", "low": 0,
+                                                                 "high": 1}}),
+                  config_table={}, metadata={})
+    assert _training(run, since=2.0) == (0, 4)
+    assert _training(run, since=0.0) == (0, 4, 7)
+    assert _training(run, since=14.0) == ()

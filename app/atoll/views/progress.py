@@ -106,11 +106,13 @@ def _training(run: RunData, since: float) -> tuple[int, ...]:
     """The last epoch each evaluation under way reported (its epochs reach the files as it
     trains): epochs of this job newer than their individual's last recorded part, if any."""
     ind, epochs = run.individuals, run.epochs
-    order = np.argsort(ind["id"])
-    ids, finished = ind["id"][order], ind["finished"][order]
-    at = np.minimum(np.searchsorted(ids, epochs["individual"]), max(len(ids) - 1, 0))
-    known = (ids[at] == epochs["individual"]) if len(ids) else np.zeros(len(epochs), bool)
-    ended = np.where(known, finished[at] if len(ids) else 0.0, -np.inf)
+    ended = np.full(len(epochs), -np.inf)  # when each epoch's individual's last part ended
+    if len(ind):
+        order = np.argsort(ind["id"])
+        ids = ind["id"][order]
+        at = np.minimum(np.searchsorted(ids, epochs["individual"]), len(ids) - 1)
+        known = ids[at] == epochs["individual"]
+        ended[known] = ind["finished"][order][at[known]]
     ahead = epochs[(epochs["time"] >= since) & (epochs["time"] > ended)]
     if not len(ahead):
         return ()
@@ -124,7 +126,7 @@ def line(snap: Snapshot) -> str:
     share = f" ({100 * snap.completed / snap.budget:.0f}%)" if snap.budget else ""
     parts = [f"{snap.completed} of {snap.budget} done{share}", f"{snap.rate:.2f}/s",
              f"{snap.failed} failed",
-             *(f"{count} {what}{detail}" for what, count, detail in _early(snap))]
+             *(f"{count} {what}{detail}" for what, count, detail in _beyond_done(snap))]
     if snap.best:
         parts.append(f"best {_best(snap)}")
     if snap.running:
@@ -244,7 +246,7 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
         table.add_row("done", f"{snap.completed} of {snap.budget}")
         table.add_row("rate", f"{snap.rate:.2f} evaluations/s")
         table.add_row("failed", str(snap.failed))
-        for what, count, detail in _early(snap):
+        for what, count, detail in _beyond_done(snap):
             table.add_row(what, f"{count}{detail}")
         table.add_row("best", _best(snap) if snap.best else "none yet")
         table.add_row("ETA", duration(snap.eta) if snap.running else "job ended")
@@ -253,7 +255,7 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
     return show, live.stop
 
 
-def _early(snap: Snapshot) -> list[tuple[str, int, str]]:
+def _beyond_done(snap: Snapshot) -> list[tuple[str, int, str]]:
     """(what, how many, detail): what the pruning rule did so far, when it did anything (a
     search under ``asha`` can be busy for long with evaluations that pause at a rung and spend
     no budget), and the evaluations under way with the epochs they reached (a long training
