@@ -480,6 +480,35 @@ def test_a_writer_waits_out_a_readers_lock_then_says_who_blocks_it(tmp_path: Pat
         held.wait()
 
 
+def test_a_record_error_inside_an_evaluation_waits_for_the_loops_flush(tmp_path: Path,
+                                                                       space: Space) -> None:
+    """An epoch's flush that fails (here: the check that the job still holds the run cannot
+    read its claim) is not the objective's failure: the objective goes on, and the island
+    loop's next flush raises it, which ends the search with one line naming the rank."""
+    broken: list[str] = []
+
+    def may_write() -> bool:
+        if broken:
+            raise RecordError(broken[0])
+        return True
+
+    path = tmp_path / "w.h5"
+    log = WorkerLog(path, space, job=0, worker=0, flush_interval=0, may_write=may_write)
+    log.add_epoch(7, 0, 1.0, {"acc": 0.1})
+    assert shapes_seen_by_another_process(path) == [0, 1, 0]
+    broken.append("RUN_DIR/.atoll-claim: unreadable")
+    log.add_epoch(7, 1, 2.0, {"acc": 0.2})  # its flush fails: no raise here
+    log.before_checkpoint()
+    log.add_epoch(7, 2, 3.0, {"acc": 0.3})
+    broken.clear()  # and it is not tried again inside the evaluation
+    log.add_epoch(7, 3, 4.0, {"acc": 0.4})
+    assert shapes_seen_by_another_process(path) == [0, 1, 0]
+    with pytest.raises(RecordError, match="claim: unreadable"):
+        log.maybe_flush()
+    with pytest.raises(RecordError, match="claim: unreadable"):
+        log.close()
+
+
 def test_reader_takes_a_half_renamed_epochs_table(tmp_path: Path, space: Space) -> None:
     paths = new_run(tmp_path, space)
     with WorkerLog(paths.worker_file(0, 0), space, job=0, worker=0, flush_interval=1) as log:

@@ -90,6 +90,10 @@ class WorkerLog:
         budget these rows must not touch; they are dropped then, and said."""
         self._last_flush = time.monotonic()
         self._next_epoch_now = False  # set before a checkpoint: flush its epoch's row at once
+        self._failed: Exception | None = None
+        """A flush that failed inside an evaluation, raised at the loop's next flush: a record
+        that cannot be written ends the search (one line naming the rank), and never shows as
+        the objective's failure."""
 
     # -- appending: memory only ------------------------------------------------------------
     def add_individual(self, ind: Individual) -> None:
@@ -118,19 +122,26 @@ class WorkerLog:
             for name in values:
                 self._known.setdefault(check_metric_name(name))
         self._epochs.append((individual_id, epoch, time, values))
-        if self._next_epoch_now:
-            self._next_epoch_now = False
-            self.flush()
-        else:
-            self.maybe_flush()
+        at_once, self._next_epoch_now = self._next_epoch_now, False
+        self._flush_inside_evaluation(at_once)
 
     def before_checkpoint(self) -> None:
         """The running evaluation is about to write a checkpoint: the rows so far reach the
         file first, and the next epoch's as soon as it is reported (an objective may report
         an epoch before or after saving it)."""
-        if self.pending:
-            self.flush()
+        self._flush_inside_evaluation(at_once=bool(self.pending))
         self._next_epoch_now = True
+
+    def _flush_inside_evaluation(self, at_once: bool) -> None:
+        if self._failed is not None:
+            return
+        try:
+            if at_once:
+                self.flush()
+            else:
+                self.maybe_flush()
+        except Exception as exc:  # noqa: BLE001 - raised again by the loop's flush
+            self._failed = exc
 
     def add_migration(self, individual_id: int, version: int, mode: str, from_island: int,
                       to_island: int, from_worker: int, to_worker: int, time: float) -> None:
@@ -153,6 +164,8 @@ class WorkerLog:
 
         ``now`` is a ``time.monotonic()`` reading, for callers that already have one.
         """
+        if self._failed is not None:
+            raise self._failed
         if now is None:
             now = time.monotonic()
         if now - self._last_flush < self._interval or not (
@@ -166,6 +179,8 @@ class WorkerLog:
 
         A full disk abandons the file (:mod:`atoll.record.full`: it keeps its committed rows)
         and reports it, which stops the job; rows queued after that are dropped."""
+        if self._failed is not None:
+            raise self._failed
         if self.full:
             self._drop_pending()
             return
