@@ -114,3 +114,4 @@ def test_a_child_whose_parents_files_are_gone_starts_from_scratch_with_no_lineag
     assert check_lineage(paths, ranks=1) == 0
     log = paths.log_file(0, 0).read_text()
     assert "not inheriting individual" in log and "is empty or gone" in log, log[-2000:]
+    assert "inherit.shape_params" not in log  # a script cannot say its shapes differ

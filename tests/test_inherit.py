@@ -280,6 +280,8 @@ def test_ga_children_continue_from_their_better_parents_checkpoint(ga_run):
             declined += 1
     logs = "".join(p.read_text() for p in (ga_run / "logs").glob("*.log"))
     assert logs.count("shapes differ") == declined  # said once each
+    # with the way out: no inherit.shape_params kept these children from such parents
+    assert logs.count("list it in inherit.shape_params") == declined
 
 
 @pytest.mark.slow  # digits training under mpirun

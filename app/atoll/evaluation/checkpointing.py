@@ -124,8 +124,8 @@ class CheckpointCalls:
             return
         if self.services.comm.Get_rank() == 0:
             log.warning("individual %d: not inheriting individual %d's checkpoint (%s); it "
-                        "trains from scratch", self.individual_id, self.inherited.individual,
-                        reason)
+                        "trains from scratch%s", self.individual_id, self.inherited.individual,
+                        reason, self.services.shape_hint)
         self._inherit(None)
 
     def _inherit(self, inherited: Inherited | None) -> None:

@@ -55,6 +55,9 @@ class WorkerServices:
     the same on every rank."""
     checkpoints: CheckpointStore | None = None
     """The run's checkpoints (on every rank: the leader writes, every rank reads)."""
+    shape_hint: str = ""
+    """Added to the warning of a child that declines the state it inherits, where no
+    ``inherit.shape_params`` keeps children from parents of other shapes."""
     before_checkpoint: Callable[[], None] | None = None
     """Called on the leader before it writes a checkpoint (the record flushes the epochs it
     holds)."""

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 INTERRUPTED = "stopped early: the job was asked to stop"
 
 
+SHAPE_HINT = ("; if a parameter changes the model's shapes, list it in inherit.shape_params: "
+              "a child then inherits only from a parent with its value")
+"""Said when a child declines what it inherits (a command's script cannot tell Atoll so)."""
+
+
 class WorkerEvaluator:
     """Evaluates individuals in place (loss, status, error, started, finished) on one rank."""
 
@@ -61,6 +66,8 @@ class WorkerEvaluator:
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
             checkpoints=checkpoints, before_checkpoint=before_checkpoint,
+            shape_hint=SHAPE_HINT if config.inherits and not config.inherit.shape_params
+            and not config.objective.command else "",
             metric_check=MetricCheck(config.pruning.metric) if config.pruning.active else None)
         return cls(objective, services, config.search.eval_timeout,
                    maximize=config.objective.direction == "maximize")
