@@ -118,9 +118,6 @@ def open_run(run_dir: str | Path) -> RunData:
     if damage:
         meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
     last, earlier = split_parts(_concat([p[0] for p in parts], read_individual_dtype(space)))
-    lost = _paused_without_checkpoint(paths, last)
-    if lost:
-        meta["paused_without_checkpoint"] = lost
     return RunData(
         individuals=with_eval_seconds(last, earlier),
         epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
@@ -128,16 +125,6 @@ def open_run(run_dir: str | Path) -> RunData:
         migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
         jobs=jobs, space=space, config_table=config_table, metadata=meta,
         parts=as_parts(earlier))
-
-
-def _paused_without_checkpoint(paths: RunPaths, last: np.ndarray) -> int:
-    """How many paused individuals have lost their checkpoint (a user deleted
-    ``RUN_DIR/checkpoints`` to free room): a resume cannot promote them."""
-    paused = last["id"][last["status"] == int(Status.PAUSED)]
-    if not len(paused):
-        return 0
-    kept = paths.checkpoint_files()
-    return sum(int(ident) not in kept for ident in paused)
 
 
 def read_completed(run_dir: str | Path) -> np.ndarray:

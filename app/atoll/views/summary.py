@@ -14,7 +14,7 @@ import numpy as np
 
 from atoll.individual import Status
 from atoll.record import plain
-from atoll.record.paths import job_of
+from atoll.record.paths import RunPaths, job_of
 from atoll.record.reader import RunData
 from atoll.views.facts import (
     best_epochs,
@@ -84,7 +84,7 @@ def notes(run: RunData) -> list[str]:
                "their jobs were killed (rows up to each one's last flush are shown)")
         notes.append(f"{len(unclosed)} of {len(meta.get('worker_files', []))} worker files not "
                      f"closed: {why}")
-    lost = int(meta.get("paused_without_checkpoint", 0))
+    lost = _paused_without_checkpoint(run)
     paused = int(np.count_nonzero(run.individuals["status"] == int(Status.PAUSED))) - lost
     if paused:
         notes.append(f"{paused} individual{'s are' if paused > 1 else ' is'} paused at a rung "
@@ -99,6 +99,18 @@ def notes(run: RunData) -> list[str]:
     if "warning" in meta:
         notes.append(f"Warning: {meta['warning']}")
     return notes
+
+
+def _paused_without_checkpoint(run: RunData) -> int:
+    """How many paused individuals have lost their checkpoint (a user deleted
+    ``RUN_DIR/checkpoints`` to free room): a resume cannot promote them. Listed here, for the
+    notes, rather than at every read of a run (the progress watcher reads it every interval)."""
+    ind = run.individuals
+    paused = ind["id"][ind["status"] == int(Status.PAUSED)]
+    if not len(paused) or run.metadata.get("source") != "workers":
+        return 0
+    kept = RunPaths(run.metadata["run_dir"]).checkpoint_files()
+    return sum(int(ident) not in kept for ident in paused)
 
 
 def _newest_may_run(run: RunData, unclosed: list[str]) -> bool:
