@@ -1,4 +1,6 @@
-"""An asynchronous CMA-ES strategy for one island, on the ``cmaes`` library (Optuna's).
+"""An asynchronous CMA-ES strategy for one island: ``LeanCMA`` (cmaes's CMA-ES at a fraction of
+its cost per call) for continuous spaces, the ``cmaes`` library's CMA-ES with margin for spaces
+with integers.
 
 There is no generation barrier: the strategy samples (``ask``) whenever its worker needs a
 candidate, and updates (``tell``) once a population's worth of new results has arrived, from any
@@ -46,13 +48,14 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.random  # noqa: F401  # cmaes's first CMA would import it inside the search
+import numpy.random  # noqa: F401  # the first CMA would import it inside the search
 
 from atoll.evolution.lean_import import without_scipy
 
 with without_scipy():
-    from cmaes import CMA, CMAwM
+    from cmaes import CMAwM
 
+from atoll.evolution.lean_cma import LeanCMA
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
 from atoll.evolution.unit_view import UnitView
@@ -68,21 +71,29 @@ PARTIAL = (Status.PRUNED, Status.PAUSED)
 """The results learned as partial ones: stopped or paused at a rung, with the loss there."""
 
 
-def clip_step(cma: CMA | CMAwM, point: np.ndarray) -> np.ndarray:
-    """``point`` moved towards the mean until its step has Mahalanobis length at most
-    sqrt(n) + 2n / (n + 2) under the current distribution (Hansen 2011).
+def distribution(cma: LeanCMA | CMAwM) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """The mean, step size, eigenbasis and axis lengths of ``cma``'s distribution.
 
-    cmaes has no public accessor for the distribution, so this reads its ``_mean``, ``_sigma``
-    and eigen decomposition; a CMAwM keeps its CMA in ``_cma``."""
-    inner = cma._cma if isinstance(cma, CMAwM) else cma
+    cmaes has no public accessor for them, so for a CMAwM this reads its inner CMA's ``_mean``,
+    ``_sigma`` and eigen decomposition."""
+    if isinstance(cma, LeanCMA):
+        return cma.distribution()
+    inner = cma._cma
     basis, scales = inner._eigen_decomposition()
-    step = (point - inner._mean) / inner._sigma
+    return inner._mean, inner._sigma, basis, scales
+
+
+def clip_step(cma: LeanCMA | CMAwM, point: np.ndarray) -> np.ndarray:
+    """``point`` moved towards the mean until its step has Mahalanobis length at most
+    sqrt(n) + 2n / (n + 2) under the current distribution (Hansen 2011)."""
+    mean, sigma, basis, scales = distribution(cma)
+    step = (point - mean) / sigma
     length = float(np.linalg.norm(basis @ ((basis.T @ step) / scales)))
     n = len(point)
     limit = math.sqrt(n) + 2.0 * n / (n + 2.0)
     if length <= limit:
         return point
-    return inner._mean + inner._sigma * step * (limit / length)
+    return mean + sigma * step * (limit / length)
 
 
 def lattice_size(param: Param) -> int:
@@ -106,7 +117,7 @@ class CMAES:
         self._unit = UnitView(self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0  # IPOP restarts so far
-        self._cma: CMA | CMAwM | None = None
+        self._cma: LeanCMA | CMAwM | None = None
         self._told = Told()
         self._pending: list[tuple[np.ndarray, float, bool]] = []  # point, loss, injected
         self._asked: tuple[int, np.ndarray] | None = None  # the last candidate's id, raw point
@@ -150,7 +161,8 @@ class CMAES:
         return Individual(id=ident, params=params, origin=Origin.CMAES,
                           parents=(NO_PARENT, NO_PARENT))
 
-    def _new_cma(self, rng: random.Random, mean: np.ndarray, size: int | None) -> CMA | CMAwM:
+    def _new_cma(self, rng: random.Random, mean: np.ndarray,
+                 size: int | None) -> LeanCMA | CMAwM:
         sizes = [lattice_size(p) for p in self.numeric]
         # cmaes needs 2+ dimensions for its covariance; one parameter gets a dummy second axis.
         if len(sizes) < 2:
@@ -161,8 +173,8 @@ class CMAES:
         seed = rng.getrandbits(31)
         steps = np.array([1.0 / m if m >= 2 else 0.0 for m in sizes])
         if not steps.any():
-            return CMA(mean=start, sigma=INITIAL_SIGMA, bounds=np.tile([0.0, 1.0], (dims, 1)),
-                       population_size=size, seed=seed)
+            return LeanCMA(mean=start, sigma=INITIAL_SIGMA,
+                           bounds=np.tile([0.0, 1.0], (dims, 1)), population_size=size, seed=seed)
         # A lattice of m values: the slice centres (k + 0.5) / m, k = 0 .. m - 1.
         bounds = np.stack([steps / 2, 1.0 - steps / 2], axis=1)  # continuous: [0, 1]
         start = np.clip(start, bounds[:, 0], bounds[:, 1])

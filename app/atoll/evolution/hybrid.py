@@ -126,9 +126,10 @@ class Hybrid:
     def _leader(self) -> int:
         """The strategy with the higher recent credit per candidate, each shrunk towards the pooled
         one (CMA-ES on a tie)."""
-        pooled = (sum(self.credits) + PRIOR / 2) / (sum(self.tries) + PRIOR)
-        cmaes, ga = ((s + SHRINK * pooled) / (t + SHRINK)
-                     for s, t in zip(self.credits, self.tries, strict=True))
+        (cmaes_credit, ga_credit), (cmaes_tries, ga_tries) = self.credits, self.tries
+        prior = SHRINK * (cmaes_credit + ga_credit + PRIOR / 2) / (cmaes_tries + ga_tries + PRIOR)
+        cmaes = (cmaes_credit + prior) / (cmaes_tries + SHRINK)
+        ga = (ga_credit + prior) / (ga_tries + SHRINK)
         return BY_CMAES if cmaes >= ga else BY_GA
 
     def floor(self) -> float:
@@ -169,9 +170,12 @@ class Hybrid:
             if improved:
                 self._gap += GAP_MEMORY * (self._stalled - self._gap)
                 self._stalled = 0
-            self.tries = [t * forget for t in self.tries]
-            self.credits = [s * forget for s in self.credits]
-            self.tries[strategy] += 1.0
-            self.credits[strategy] += credit
+            tries, credits = self.tries, self.credits
+            tries[0] *= forget
+            tries[1] *= forget
+            credits[0] *= forget
+            credits[1] *= forget
+            tries[strategy] += 1.0
+            credits[strategy] += credit
             target = 1.0 - FLOOR if self._leader() == BY_CMAES else FLOOR
             self.cmaes_share += PURSUIT * (target - self.cmaes_share)
