@@ -4,8 +4,8 @@ Each worker leader of a CMA-ES or hybrid island runs its own instance, asks it o
 evaluation and tells it once per population of the island's results, so its cost is paid per
 evaluation on every rank. ``cmaes.CMA`` checks each told point in a Python loop, builds its
 sampling matrix again for every sample and recomputes the same products several times per
-update; at ten parameters that made CMA-ES three times the GA's cost per evaluation. This class
-makes the same computations once each, on the same equations (Hansen's "The CMA Evolution
+update; at the tens of parameters of a search those small steps are most of its cost (the
+strategy costs in benchmarks/RESULTS.md). This class makes the same computations once each, on the same equations (Hansen's "The CMA Evolution
 Strategy: A Tutorial", 2016, with the active update's negative weights as cmaes has them) and
 the same random stream (a ``RandomState``'s ``randn`` per sample, resampled until inside the
 bounds up to ``MAX_RESAMPLING`` times, then clipped), so a run follows ``cmaes.CMA`` to rounding:
