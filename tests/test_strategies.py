@@ -145,8 +145,11 @@ def tell_and_ask(strategy: CMAES, known: list[Individual], rng: random.Random) -
     return strategy.ask(known, rng, -1)
 
 
-def test_an_injected_step_is_clipped_to_the_mahalanobis_limit():
-    strategy = CMAES(Space(tuple(FloatParam(f"x{i}", 0.0, 1.0) for i in range(4))))
+@pytest.mark.parametrize("param", [lambda i: FloatParam(f"x{i}", 0.0, 1.0),
+                                   lambda i: IntParam(f"k{i}", 0, 9)], ids=["floats", "ints"])
+def test_an_injected_step_is_clipped_to_the_mahalanobis_limit(param):
+    """Floats run on LeanCMA, linear ints on cmaes's CMA-ES with margin: both clip alike."""
+    strategy = CMAES(Space(tuple(param(i) for i in range(4))))
     strategy.ask([], random.Random(0), -1)
     inner = strategy._cma
     limit = 2.0 + 8.0 / 6.0  # sqrt(4) + 2 * 4 / (4 + 2)
