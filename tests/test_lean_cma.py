@@ -81,6 +81,18 @@ def test_it_stops_when_cmaes_stops() -> None:
     assert stops and ours.generation == theirs.generation > 1
 
 
+def test_far_points_under_a_collapsed_step_send_it_to_its_cap_and_stop_it() -> None:
+    """Results bred under an older, wider distribution, learned after the step collapsed: the
+    step-size's growth overflows a float; it goes to its cap, as cmaes's does, and stops."""
+    theirs, ours = _pair(4, 9, sigma=1e-12)
+    far = [np.full(4, 0.9) - 0.01 * i for i in range(ours.population_size)]
+    with np.errstate(over="ignore"):  # cmaes's np.exp overflows to inf, then takes the cap
+        theirs.tell([(p, float(i)) for i, p in enumerate(far)])
+    ours.tell([(p, float(i)) for i, p in enumerate(far)])
+    assert ours.distribution()[1] == theirs._sigma == 1e32
+    assert ours.should_stop() and theirs.should_stop()
+
+
 def test_a_population_of_the_wrong_size_is_refused() -> None:
     _, ours = _pair(3, 1)
     with pytest.raises(ValueError, match="tell takes"):

@@ -5,10 +5,11 @@ evaluation and tells it once per population of the island's results, so its cost
 evaluation on every rank. ``cmaes.CMA`` checks each told point in a Python loop, builds its
 sampling matrix again for every sample and recomputes the same products several times per
 update; at the tens of parameters of a search those small steps are most of its cost (the
-strategy costs in benchmarks/RESULTS.md). This class makes the same computations once each, on the same equations (Hansen's "The CMA Evolution
-Strategy: A Tutorial", 2016, with the active update's negative weights as cmaes has them) and
-the same random stream (a ``RandomState``'s ``randn`` per sample, resampled until inside the
-bounds up to ``MAX_RESAMPLING`` times, then clipped), so a run follows ``cmaes.CMA`` to rounding:
+strategy costs in benchmarks/RESULTS.md). This class makes the same computations once each,
+on the same equations (Hansen's "The CMA Evolution Strategy: A Tutorial", 2016, with the
+active update's negative weights as cmaes has them) and the same random stream (a
+``RandomState``'s ``randn`` per sample, resampled until inside the bounds up to
+``MAX_RESAMPLING`` times, then clipped), so a run follows ``cmaes.CMA`` to rounding:
 tests/test_lean_cma.py checks both side by side. Its stopping tests are cmaes's too.
 
 Integer and ordinal parameters need CMA-ES with margin (``cmaes.CMAwM``), which keeps its own
@@ -25,6 +26,8 @@ EPS = 1e-8
 """The least eigenvalue kept in the covariance (cmaes's ``_EPS``)."""
 
 SIGMA_MAX = 1e32
+MAX_EXPONENT = 700.0
+"""The largest step-size growth exponent taken as it is (``math.exp`` overflows past 709)."""
 MAX_RESAMPLING = 100
 """Samples drawn before an out-of-bounds one is clipped (cmaes's ``n_max_resampling``)."""
 
@@ -130,8 +133,10 @@ class LeanCMA:
         self._p_sigma = ((1 - self._c_sigma) * self._p_sigma
                          + self._sigma_path_scale * (whiten @ weighted))
         norm = float(np.sqrt(self._p_sigma @ self._p_sigma))
-        self._sigma = min(self._sigma * math.exp(
-            (self._c_sigma / self._d_sigma) * (norm / self._chi_n - 1)), SIGMA_MAX)
+        # A far point learned under a collapsed step (a result bred under an older distribution)
+        # makes the exponent huge: the step goes to SIGMA_MAX, whose stopping test restarts.
+        growth = (self._c_sigma / self._d_sigma) * (norm / self._chi_n - 1)
+        self._sigma = min(self._sigma * math.exp(min(growth, MAX_EXPONENT)), SIGMA_MAX)
 
         corrected = norm / math.sqrt(1 - (1 - self._c_sigma) ** (2 * (self.generation + 1)))
         h_sigma = 1.0 if corrected < self._h_limit else 0.0
