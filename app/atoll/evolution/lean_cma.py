@@ -9,8 +9,11 @@ strategy costs in benchmarks/RESULTS.md). This class makes the same computations
 on the same equations (Hansen's "The CMA Evolution Strategy: A Tutorial", 2016, with the
 active update's negative weights as cmaes has them) and the same random stream (a
 ``RandomState``'s ``randn`` per sample, resampled until inside the bounds up to
-``MAX_RESAMPLING`` times, then clipped), so a run follows ``cmaes.CMA`` to rounding:
-tests/test_lean_cma.py checks both side by side. Its stopping tests are cmaes's too.
+``MAX_RESAMPLING`` times, then clipped), so its distribution after each update is
+``cmaes.CMA``'s to rounding, and so are its samples while the covariance's eigenvalues are
+distinct (a repeated one, as when the parameters outnumber a population early on, has no
+unique eigenbasis, and numpy may return it turned: other samples of the same distribution).
+Its stopping tests are cmaes's too. tests/test_lean_cma.py runs both side by side.
 
 Integer and ordinal parameters need CMA-ES with margin (``cmaes.CMAwM``), which keeps its own
 ``cmaes.CMA``; this class serves the all-continuous spaces, most of most searches.
