@@ -127,9 +127,9 @@ class Hybrid:
         """The strategy with the higher recent credit per candidate, each shrunk towards the pooled
         one (CMA-ES on a tie)."""
         (cmaes_credit, ga_credit), (cmaes_tries, ga_tries) = self.credits, self.tries
-        prior = SHRINK * (cmaes_credit + ga_credit + PRIOR / 2) / (cmaes_tries + ga_tries + PRIOR)
-        cmaes = (cmaes_credit + prior) / (cmaes_tries + SHRINK)
-        ga = (ga_credit + prior) / (ga_tries + SHRINK)
+        pooled = (cmaes_credit + ga_credit + PRIOR / 2) / (cmaes_tries + ga_tries + PRIOR)
+        cmaes = (cmaes_credit + SHRINK * pooled) / (cmaes_tries + SHRINK)
+        ga = (ga_credit + SHRINK * pooled) / (ga_tries + SHRINK)
         return BY_CMAES if cmaes >= ga else BY_GA
 
     def floor(self) -> float:

@@ -29,6 +29,7 @@ EPS = 1e-8
 """The least eigenvalue kept in the covariance (cmaes's ``_EPS``)."""
 
 SIGMA_MAX = 1e32
+"""The largest step size (cmaes's ``_SIGMA_MAX``): past it, the divergence test restarts."""
 MAX_EXPONENT = 700.0
 """The largest step-size growth exponent taken as it is (``math.exp`` overflows past 709)."""
 MAX_RESAMPLING = 100
@@ -58,7 +59,7 @@ class LeanCMA:
         self._weights = np.where(raw >= 0, raw / positive_sum,
                                  negative_scale / negative_sum * raw)
         self._positive = self._weights >= 0
-        self._mu, self._mu_eff = mu, mu_eff
+        self._mu = mu
         self._c1, self._cmu = c1, cmu
         self._c_sigma = (mu_eff + 2) / (n + mu_eff + 5)
         self._d_sigma = 1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + self._c_sigma
