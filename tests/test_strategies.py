@@ -9,7 +9,6 @@ import random
 import h5py
 import numpy as np
 import pytest
-from cmaes import CMAwM
 
 from atoll.config import EvolutionConfig, PruningConfig
 from atoll.engine.population import Population
@@ -17,6 +16,7 @@ from atoll.evolution import cma
 from atoll.evolution.cma import CMAES
 from atoll.evolution.default import island_strategy
 from atoll.evolution.hybrid import Hybrid
+from atoll.evolution.lean_margin import LeanCMAwM
 from atoll.evolution.unit_view import UnitView
 from atoll.individual import NO_PARENT, Individual, Origin, Status
 from atoll.record import open_run
@@ -148,7 +148,7 @@ def tell_and_ask(strategy: CMAES, known: list[Individual], rng: random.Random) -
 @pytest.mark.parametrize("param", [lambda i: FloatParam(f"x{i}", 0.0, 1.0),
                                    lambda i: IntParam(f"k{i}", 0, 9)], ids=["floats", "ints"])
 def test_an_injected_step_is_clipped_to_the_mahalanobis_limit(param):
-    """Floats run on LeanCMA, linear ints on cmaes's CMA-ES with margin: both clip alike."""
+    """Floats run on LeanCMA, linear ints on LeanCMAwM (CMA-ES with margin): both clip alike."""
     strategy = CMAES(Space(tuple(param(i) for i in range(4))))
     strategy.ask([], random.Random(0), -1)
     inner = strategy._cma
@@ -230,10 +230,10 @@ def test_linear_ints_and_ordinals_are_lattices_log_ints_and_floats_are_not():
     assert cma.lattice_size(FloatParam("x", 0.0, 1.0)) == 0
     strategy = CMAES(MIXED)
     strategy.ask([], random.Random(0), -1)
-    assert isinstance(strategy._cma, CMAwM)
+    assert isinstance(strategy._cma, LeanCMAwM)
     floats = CMAES(Space((FloatParam("a", 0.0, 1.0), FloatParam("b", 0.0, 1.0))))
     floats.ask([], random.Random(0), -1)
-    assert not isinstance(floats._cma, CMAwM)
+    assert not isinstance(floats._cma, LeanCMAwM)
 
 
 def test_ipop_restarts_with_a_larger_population_when_it_stalls():

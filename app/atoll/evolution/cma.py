@@ -1,6 +1,6 @@
 """An asynchronous CMA-ES strategy for one island: ``LeanCMA`` (cmaes's CMA-ES at a fraction of
-its cost per call) for continuous spaces, the ``cmaes`` library's CMA-ES with margin for spaces
-with integers.
+its cost per call) for continuous spaces, ``LeanCMAwM`` (cmaes's CMA-ES with margin on it) for
+spaces with integers.
 
 There is no generation barrier: the strategy samples (``ask``) whenever its worker needs a
 candidate, and updates (``tell``) once a population's worth of new results has arrived, from any
@@ -11,9 +11,10 @@ closely without a message of their own.
 
 Space: the numeric parameters (floats, ints, ordinals) are searched in their unit view (log
 parameters in log space), so one step size fits all. Linear ints and ordinals take equal slices of
-the unit interval, so they are a lattice there, and CMA-ES with margin (``cmaes.CMAwM``, Hamano et
-al. 2022) searches them: it keeps the chance of leaving the current value above a margin, so a
-narrow integer range does not freeze once the step is smaller than one value. A candidate's raw
+the unit interval, so they are a lattice there, and CMA-ES with margin (``LeanCMAwM``, the
+algorithm of ``cmaes.CMAwM``, Hamano et al. 2022) searches them: it keeps the chance of leaving the
+current value above a margin, so a narrow integer range does not freeze once the step is smaller
+than one value. A candidate's raw
 point (``x_for_tell``) is what the update learns for the worker's own candidate (matched by id when
 its result is told); results from elsewhere (the island's other workers, immigrants, the record on
 resume) are learned at their values. Log ints are not a lattice in the unit view and are rounded.
@@ -50,12 +51,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.random  # noqa: F401  # the first CMA would import it inside the search
 
-from atoll.evolution.lean_import import without_scipy
-
-with without_scipy():
-    from cmaes import CMAwM
-
 from atoll.evolution.lean_cma import LeanCMA
+from atoll.evolution.lean_margin import LeanCMAwM
 from atoll.evolution.mutation import interval_params
 from atoll.evolution.strategy import Told
 from atoll.evolution.unit_view import UnitView
@@ -71,22 +68,11 @@ PARTIAL = (Status.PRUNED, Status.PAUSED)
 """The results learned as partial ones: stopped or paused at a rung, with the loss there."""
 
 
-def distribution(cma: LeanCMA | CMAwM) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-    """The mean, step size, eigenbasis and axis lengths of ``cma``'s distribution.
-
-    cmaes has no public accessor for them, so for a CMAwM this reads its inner CMA's ``_mean``,
-    ``_sigma`` and eigen decomposition."""
-    if isinstance(cma, LeanCMA):
-        return cma.distribution()
-    inner = cma._cma
-    basis, scales = inner._eigen_decomposition()
-    return inner._mean, inner._sigma, basis, scales
-
-
-def clip_step(cma: LeanCMA | CMAwM, point: np.ndarray) -> np.ndarray:
+def clip_step(cma: LeanCMA | LeanCMAwM, point: np.ndarray) -> np.ndarray:
     """``point`` moved towards the mean until its step has Mahalanobis length at most
     sqrt(n) + 2n / (n + 2) under the current distribution (Hansen 2011)."""
-    mean, sigma, basis, scales = distribution(cma)
+    inner = cma.cma if isinstance(cma, LeanCMAwM) else cma
+    mean, sigma, basis, scales = inner.distribution()
     step = (point - mean) / sigma
     length = float(np.linalg.norm(basis @ ((basis.T @ step) / scales)))
     n = len(point)
@@ -117,7 +103,7 @@ class CMAES:
         self._unit = UnitView(self.numeric)
         self.population_size = population_size  # 0: CMA-ES's default, 4 + 3 ln(d)
         self.restarts = 0  # IPOP restarts so far
-        self._cma: LeanCMA | CMAwM | None = None
+        self._cma: LeanCMA | LeanCMAwM | None = None
         self._told = Told()
         self._pending: list[tuple[np.ndarray, float, bool]] = []  # point, loss, injected
         self._asked: tuple[int, np.ndarray] | None = None  # the last candidate's id, raw point
@@ -150,7 +136,7 @@ class CMAES:
         params = self._categoricals(individuals, rng)
         raw = None
         if self.numeric:
-            if isinstance(self._cma, CMAwM):
+            if isinstance(self._cma, LeanCMAwM):
                 point, raw = self._cma.ask()
             else:
                 point = self._cma.ask()
@@ -162,9 +148,9 @@ class CMAES:
                           parents=(NO_PARENT, NO_PARENT))
 
     def _new_cma(self, rng: random.Random, mean: np.ndarray,
-                 size: int | None) -> LeanCMA | CMAwM:
+                 size: int | None) -> LeanCMA | LeanCMAwM:
         sizes = [lattice_size(p) for p in self.numeric]
-        # cmaes needs 2+ dimensions for its covariance; one parameter gets a dummy second axis.
+        # As in cmaes, CMA-ES runs on 2+ dimensions: one parameter gets a dummy second axis.
         if len(sizes) < 2:
             sizes += [0] * (2 - len(sizes))
         dims = len(sizes)
@@ -178,8 +164,8 @@ class CMAES:
         # A lattice of m values: the slice centres (k + 0.5) / m, k = 0 .. m - 1.
         bounds = np.stack([steps / 2, 1.0 - steps / 2], axis=1)  # continuous: [0, 1]
         start = np.clip(start, bounds[:, 0], bounds[:, 1])
-        return CMAwM(mean=start, sigma=INITIAL_SIGMA, bounds=bounds, steps=steps,
-                     population_size=size, seed=seed)
+        return LeanCMAwM(mean=start, sigma=INITIAL_SIGMA, bounds=bounds, steps=steps,
+                         population_size=size, seed=seed)
 
     def _learn(self, individuals: Sequence[Individual], rng: random.Random) -> None:
         """Tell CMA-ES every result told since the last ask, a population at a time."""

@@ -132,7 +132,7 @@ def _breeding(space: Space, strategy: str, ga_population: int,
               settings: EvolutionConfig, partial: bool) -> Strategy:
     if strategy == "ga":
         return ga_strategy(space, ga_population, settings)
-    from atoll.evolution.cma import CMAES  # imports cmaes only where an island runs it
+    from atoll.evolution.cma import CMAES  # imported only where an island runs CMA-ES
 
     if strategy == "cmaes":
         return CMAES(space, partial=partial)

@@ -15,8 +15,8 @@ distinct (a repeated one, as when the parameters outnumber a population early on
 unique eigenbasis, and numpy may return it turned: other samples of the same distribution).
 Its stopping tests are cmaes's too. tests/test_lean_cma.py runs both side by side.
 
-Integer and ordinal parameters need CMA-ES with margin (``cmaes.CMAwM``), which keeps its own
-``cmaes.CMA``; this class serves the all-continuous spaces, most of most searches.
+Integer and ordinal parameters need CMA-ES with margin: ``LeanCMAwM`` (lean_margin.py) adds it
+on top of this class.
 """
 
 from __future__ import annotations
@@ -88,7 +88,16 @@ class LeanCMA:
 
     @property
     def mean(self) -> np.ndarray:
+        """The distribution's mean (the array itself: CMA-ES with margin moves it)."""
         return self._mean
+
+    @property
+    def sigma(self) -> float:
+        return self._sigma
+
+    def variances(self) -> np.ndarray:
+        """The covariance's diagonal as the last update left it."""
+        return np.diag(self._C).copy()
 
     def distribution(self) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
         """The mean, the step size and the covariance's eigenbasis and square-rooted

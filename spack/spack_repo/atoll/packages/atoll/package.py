@@ -23,7 +23,6 @@ class Atoll(PythonPackage):
     depends_on("py-h5py@3.10:", type=("build", "run"))
     depends_on("py-mpi4py@4.0:", type=("build", "run"))
     depends_on("py-rich@13.0:", type=("build", "run"))
-    depends_on("py-cmaes@0.10:", type=("build", "run"))
 
     with when("+torch"):
         # pyproject.toml asks for the pip wheels tested on the development machines (torch
