@@ -10,6 +10,7 @@ afterwards (not timed).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,14 +23,24 @@ from atoll.record import read_completed
 from objectives import space_table
 
 
+def with_ints(space: dict[str, dict[str, Any]], ints: int) -> dict[str, dict[str, Any]]:
+    """``space`` with its last ``ints`` parameters integers within the same bounds (a lattice
+    to CMA-ES, which searches them with margin)."""
+    names = list(space)[len(space) - ints:] if ints else []
+    return {name: ({"type": "int", "low": math.ceil(table["low"]),
+                    "high": math.floor(table["high"])} if name in names else table)
+            for name, table in space.items()}
+
+
 def config_table(task: dict[str, Any]) -> dict[str, Any]:
     """The whole config of one task; everything not listed is Atoll's default. A task may set
-    ``dims`` (the function's dimensions) and ``evolution`` (Atoll's ``[evolution]`` table)."""
+    ``dims`` (the function's dimensions), ``ints`` (how many of them are integers) and
+    ``evolution`` (Atoll's ``[evolution]`` table)."""
     return {
         "seed": task["seed"],
         "objective": {"name": "objectives:sleep_objective",
                       "options": {"function": task["function"], "sleep": task["sleep"]}},
-        "space": space_table(task["function"], task.get("dims")),
+        "space": with_ints(space_table(task["function"], task.get("dims")), task.get("ints", 0)),
         "search": {"generations": task["evals_per_worker"], "islands": task["islands"]},
         "migration": {"mode": "migration", "probability": task["migration_probability"],
                       "migrants": 1},

@@ -31,16 +31,15 @@ TAIL_LIMIT = 1e-10
 """The least tail probability a margin correction aims at (cmaes's clip)."""
 
 
-def normal_cdf(x: np.ndarray) -> np.ndarray:
-    """The standard normal distribution function, elementwise."""
-    return np.array([0.5 * math.erfc(-v / _SQRT2) for v in x.tolist()])
+def normal_cdf_of(x: float) -> float:
+    """The standard normal distribution function."""
+    return 0.5 * math.erfc(-x / _SQRT2)
 
 
-def tail_quantile(tail: np.ndarray) -> np.ndarray:
+def tail_quantile_of(tail: float) -> float:
     """z with P(|Z| > z) = 2 * tail: the square root of the chi-square quantile (one degree of
     freedom) of 1 - 2 * tail, computed from that probability as cmaes rounds it."""
-    inside = 1.0 - 2.0 * tail
-    return np.array([-_NORMAL.inv_cdf((1.0 - q) / 2.0) for q in inside.tolist()])
+    return -_NORMAL.inv_cdf((1.0 - (1.0 - 2.0 * tail)) / 2.0)
 
 
 class LeanCMAwM:
@@ -66,6 +65,8 @@ class LeanCMAwM:
         """Each lattice coordinate's first value, step and number of values."""
         self.margin = margin if margin is not None else 1.0 / (len(mean) * self.population_size)
         self._stretch = np.ones(len(self._lattice))  # A, on the lattice coordinates
+        self._margin_quantile = tail_quantile_of(self.margin)  # where a lattice's end pushes
+        self._indices: list[int] = self._lattice.tolist()
 
     @property
     def dim(self) -> int:
@@ -92,61 +93,69 @@ class LeanCMAwM:
         """A point with its lattice coordinates on lattice values, and the raw point."""
         raw = self.cma.ask()
         point = raw.copy()
-        centre = self.cma.mean[self._lattice]
-        stretched = (raw[self._lattice] - centre) * self._stretch + centre
-        point[self._lattice] = self._value(self._nearest(stretched))
+        mean = self.cma.mean
+        stretched = [(raw[i] - mean[i]) * a + mean[i]
+                     for i, a in zip(self._indices, self._stretch.tolist(), strict=True)]
+        for i, index, (first, step, _) in zip(self._indices, self._nearest(stretched),
+                                               self.lattices, strict=True):
+            point[i] = first + index * step
         return point, raw
 
     def tell(self, solutions: list[tuple[np.ndarray, float]]) -> None:
-        """CMA-ES's update, then the margin: each lattice coordinate of the mean and its
-        stretch set so that a sample leaves the mean's value with probability at least
-        ``margin`` on each side."""
+        """CMA-ES's update, then the margin on each lattice coordinate of the mean."""
         self.cma.tell(solutions)
-        sigma, margin = self.cma.sigma, self.margin
-        centre = self.cma.mean[self._lattice]
-        variances = self.cma.variances()[self._lattice]
-        below_limit, above_limit = self._limits(centre)
-        scale = sigma * self._stretch * np.sqrt(variances)
-        below = normal_cdf((below_limit - centre) / scale)
-        above = 1.0 - normal_cdf((above_limit - centre) / scale)
+        sigma, mean = self.cma.sigma, self.cma.mean
+        variances = self.cma.variances()
+        centres = mean[self._lattice].tolist()
+        limits = self._limits(centres)
+        stretch = self._stretch.tolist()
+        for k, (index, (below, above)) in enumerate(zip(self._lattice.tolist(), limits,
+                                                         strict=True)):
+            mean[index], stretch[k] = self._with_margin(
+                centres[k], stretch[k], sigma * math.sqrt(variances[index]), below, above)
+        self._stretch = np.array(stretch)
+
+    def _with_margin(self, centre: float, stretch: float, spread: float, below_limit: float,
+                     above_limit: float) -> tuple[float, float]:
+        """One lattice coordinate's mean and stretch after an update, such that a sample
+        leaves the mean's lattice slice (``below_limit`` to ``above_limit``) with probability at
+        least ``margin`` on each side: within a lattice the slice is re-centred and the stretch
+        set to make both tails right; at a lattice's end (more than half the mass beyond one
+        limit) the mean is pushed to where the inner tail is ``margin``. ``spread``: sigma
+        times the coordinate's standard deviation in the covariance."""
+        margin = self.margin
+        scale = spread * stretch
+        below = normal_cdf_of((below_limit - centre) / scale)
+        above = 1.0 - normal_cdf_of((above_limit - centre) / scale)
+        if max(below, above) > 0.5:
+            if min(below, above) < margin:
+                sign = (centre > above_limit) - (centre < above_limit)
+                target = above_limit + sign * stretch * spread * self._margin_quantile
+                centre = centre + (target - centre)
+            return centre, stretch
         inside = 1.0 - (below + above)
-        edge = np.maximum(below, above) > 0.5  # the mean's value is a lattice's end
-        side = np.maximum(below, above) <= 0.5
-        moved = centre.copy()
-        if edge.any():
-            push = edge & (np.minimum(below, above) < margin)
-            sign = np.sign(centre - above_limit)
-            chi2 = tail_quantile(np.array([margin]))[0] ** 2
-            distance = sigma * self._stretch * np.sqrt(chi2 * variances)
-            moved = moved + push * (above_limit + sign * distance - moved)
-        below = np.maximum(below, margin / 2)
-        above = np.maximum(above, margin / 2)
+        below, above = max(below, margin / 2), max(above, margin / 2)
         excess = 1.0 - below - above - inside
         total = below + inside + above - 1.5 * margin
-        below = np.clip(below + excess * (below - margin / 2) / total,
-                        TAIL_LIMIT, 0.5 - TAIL_LIMIT)
-        above = np.clip(above + excess * (above - margin / 2) / total,
-                        TAIL_LIMIT, 0.5 - TAIL_LIMIT)
-        z_below, z_above = tail_quantile(below), tail_quantile(above)
-        self._stretch = self._stretch + side * (
-            (above_limit - below_limit) / ((z_below + z_above) * sigma * np.sqrt(variances))
-            - self._stretch)
-        moved = moved + side * ((below_limit * z_above + above_limit * z_below)
-                                / (z_below + z_above) - moved)
-        self.cma.mean[self._lattice] = moved
+        low = min(max(below + excess * (below - margin / 2) / total, TAIL_LIMIT),
+                  0.5 - TAIL_LIMIT)
+        high = min(max(above + excess * (above - margin / 2) / total, TAIL_LIMIT),
+                   0.5 - TAIL_LIMIT)
+        z_below, z_above = tail_quantile_of(low), tail_quantile_of(high)
+        stretch = stretch + ((above_limit - below_limit) / ((z_below + z_above) * spread)
+                             - stretch)
+        centre = centre + ((below_limit * z_above + above_limit * z_below)
+                           / (z_below + z_above) - centre)
+        return centre, stretch
 
     def should_stop(self) -> bool:
         return self.cma.should_stop()
 
-    def _value(self, index: list[int]) -> np.ndarray:
-        return np.array([first + i * step
-                         for (first, step, _), i in zip(self.lattices, index, strict=True)])
-
-    def _nearest(self, coordinates: np.ndarray) -> list[int]:
+    def _nearest(self, coordinates: list[float]) -> list[int]:
         """The index of each coordinate's nearest lattice value, the lower one on a tie (NaN:
         the first). Plain floats: a search has a lattice coordinate or a few."""
         found = []
-        for c, (first, step, count) in zip(coordinates.tolist(), self.lattices, strict=True):
+        for c, (first, step, count) in zip(coordinates, self.lattices, strict=True):
             position = (c - first) / step + 0.5
             if not position > 0:  # below the lattice, or NaN
                 i = 0
@@ -159,14 +168,13 @@ class LeanCMAwM:
             found.append(i)
         return found
 
-    def _limits(self, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The lattice slice around each coordinate of ``centre``: the midpoints below and
+    def _limits(self, centres: list[float]) -> list[tuple[float, float]]:
+        """The lattice slice around each coordinate of ``centres``: the midpoints below and
         above its nearest value (at a lattice's end, those of its neighbour slice)."""
-        below, above = [], []
-        for i, (first, step, count) in zip(self._nearest(centre), self.lattices, strict=True):
-            below.append(_midpoint(first, step, min(max(i - 1, 0), count - 2)))
-            above.append(_midpoint(first, step, min(i, count - 2)))
-        return np.array(below), np.array(above)
+        return [(_midpoint(first, step, min(max(i - 1, 0), count - 2)),
+                 _midpoint(first, step, min(i, count - 2)))
+                for i, (first, step, count) in zip(self._nearest(centres), self.lattices,
+                                                   strict=True)]
 
 
 def _midpoint(first: float, step: float, index: int) -> float:
