@@ -64,7 +64,7 @@ class LeanCMAwM:
             counts.tolist(), strict=True))
         """Each lattice coordinate's first value, step and number of values."""
         self.margin = margin if margin is not None else 1.0 / (len(mean) * self.population_size)
-        self._stretch = np.ones(len(self._lattice))  # A, on the lattice coordinates
+        self._stretch = [1.0] * len(self._lattice)  # A, on the lattice coordinates
         self._margin_quantile = tail_quantile_of(self.margin)  # where a lattice's end pushes
         self._indices: list[int] = self._lattice.tolist()
 
@@ -87,33 +87,29 @@ class LeanCMAwM:
     @property
     def stretch(self) -> np.ndarray:
         """How far each lattice coordinate of a sample is stretched around the mean."""
-        return self._stretch
+        return np.array(self._stretch)
 
     def ask(self) -> tuple[np.ndarray, np.ndarray]:
         """A point with its lattice coordinates on lattice values, and the raw point."""
         raw = self.cma.ask()
-        point = raw.copy()
-        mean = self.cma.mean
-        stretched = [(raw[i] - mean[i]) * a + mean[i]
-                     for i, a in zip(self._indices, self._stretch.tolist(), strict=True)]
+        values, mean = raw.tolist(), self.cma.mean.tolist()
+        stretched = [(values[i] - mean[i]) * a + mean[i]
+                     for i, a in zip(self._indices, self._stretch, strict=True)]
         for i, index, (first, step, _) in zip(self._indices, self._nearest(stretched),
                                                self.lattices, strict=True):
-            point[i] = first + index * step
-        return point, raw
+            values[i] = first + index * step
+        return np.array(values), raw
 
     def tell(self, solutions: list[tuple[np.ndarray, float]]) -> None:
         """CMA-ES's update, then the margin on each lattice coordinate of the mean."""
         self.cma.tell(solutions)
         sigma, mean = self.cma.sigma, self.cma.mean
         variances = self.cma.variances()
-        centres = mean[self._lattice].tolist()
-        limits = self._limits(centres)
-        stretch = self._stretch.tolist()
-        for k, (index, (below, above)) in enumerate(zip(self._lattice.tolist(), limits,
+        centres = [float(mean[i]) for i in self._indices]
+        for k, (index, (below, above)) in enumerate(zip(self._indices, self._limits(centres),
                                                          strict=True)):
-            mean[index], stretch[k] = self._with_margin(
-                centres[k], stretch[k], sigma * math.sqrt(variances[index]), below, above)
-        self._stretch = np.array(stretch)
+            mean[index], self._stretch[k] = self._with_margin(
+                centres[k], self._stretch[k], sigma * math.sqrt(variances[index]), below, above)
 
     def _with_margin(self, centre: float, stretch: float, spread: float, below_limit: float,
                      above_limit: float) -> tuple[float, float]:
