@@ -204,10 +204,12 @@ def test_margin_keeps_integers_moving_after_the_floats_converged(monkeypatch):
 
 
 def test_the_unit_view_gives_each_parameters_own_conversions():
-    """CMA-ES's shortcut for linear floats gives exactly FloatParam's values, at and past the
-    bounds, for NaN and for integer bounds; other parameters go through their own methods."""
+    """CMA-ES's shortcuts for linear floats and ints give exactly FloatParam's and IntParam's
+    values, at and past the bounds, for NaN and for integer bounds; other parameters go through
+    their own methods."""
     params = MIXED.params + (FloatParam("i", -3, 7), FloatParam("z", 2.5, 2.5),
-                             FloatParam("huge", -1e308, 1e308))
+                             FloatParam("huge", -1e308, 1e308), IntParam("one", 4, 4),
+                             IntParam("wide", -2 ** 60, 2 ** 60))
     view = UnitView(params)
     rng = random.Random(3)
     units = [0.0, 1.0, -0.0, -0.5, 1.5, math.nan, math.inf, -math.inf, 1e-300, 1 - 1e-16]
@@ -219,8 +221,11 @@ def test_the_unit_view_gives_each_parameters_own_conversions():
         assert all(type(values[p.name]) is type(expected[p.name]) for p in params)
         assert np.array_equal(view.to_unit(values),
                               [p.to_unit(expected[p.name]) for p in params])
-    outside = {p.name: p.from_unit(0.5) for p in params} | {"x": 7.0, "i": -4}
-    assert np.array_equal(view.to_unit(outside), [p.to_unit(outside[p.name]) for p in params])
+    for changed in ({"x": 7.0, "i": -4, "n": 9}, {"n": -3}, {"n": 2.6}, {"n": np.int64(5)},
+                    {"n": math.nan}, {"n": True}):
+        outside = {p.name: p.from_unit(0.5) for p in params} | changed
+        assert np.array_equal(view.to_unit(outside),
+                              [p.to_unit(outside[p.name]) for p in params])
 
 
 def test_linear_ints_and_ordinals_are_lattices_log_ints_and_floats_are_not():
