@@ -3,6 +3,8 @@ distribution after every update, the same stopping decisions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from cmaes import CMA
@@ -62,12 +64,18 @@ def test_with_more_parameters_than_a_population_the_distributions_stay_the_same(
         assert ours.should_stop() == theirs.should_stop()
 
 
+def random_batches(dims: int, size: int, generations: int = 15) -> Iterator[list[np.ndarray]]:
+    """Points neither CMA-ES sampled (injected ones): uniform in the unit cube, ``size`` at a
+    time."""
+    other = np.random.default_rng(5)
+    for _ in range(generations):
+        yield [other.uniform(0.0, 1.0, dims) for _ in range(size)]
+
+
 def test_points_it_did_not_sample_are_learned_the_same() -> None:
     """Injected results (the GA's children, immigrants) move both alike."""
     theirs, ours = _pair(6, 11)
-    other = np.random.default_rng(5)
-    for _ in range(15):
-        points = [other.uniform(0.0, 1.0, 6) for _ in range(ours.population_size)]
+    for points in random_batches(6, ours.population_size):
         theirs.tell([(p, _ellipsoid(p)) for p in points])
         ours.tell([(p, _ellipsoid(p)) for p in points])
         _same_distribution(theirs, ours)

@@ -9,6 +9,7 @@ from cmaes import CMAwM
 from cmaes._stats import chi2_ppf, norm_cdf
 
 from atoll.evolution.lean_margin import LeanCMAwM, _midpoint, normal_cdf_of, tail_quantile_of
+from test_lean_cma import _ellipsoid, random_batches
 
 
 def _pair(sizes: list[int], seed: int, size: int | None = None,
@@ -32,11 +33,6 @@ def _same_state(theirs: CMAwM, ours: LeanCMAwM) -> None:
     np.testing.assert_allclose(ours.cma.variances(), np.diag(inner._C), rtol=1e-8, atol=1e-12)
 
 
-def _loss(point: np.ndarray) -> float:
-    """Smallest at 0.3 in every coordinate, so a binary one wants its lower end (0.25)."""
-    return float(((point - 0.3) ** 2 * np.arange(1, len(point) + 1)).sum())
-
-
 CASES = [([0, 0, 3, 0, 5, 2], 3, None), ([2, 2, 2, 2], 1, None), ([0, 10, 0, 4, 0], 7, 16)]
 
 
@@ -55,22 +51,21 @@ def test_it_asks_and_learns_as_cmaes_does(sizes: list[int], seed: int,
                                           their_point[ours._lattice])
             np.testing.assert_allclose(our_point, their_point, rtol=1e-9, atol=1e-12)
         before = ours.stretch.copy()
-        theirs.tell([(raw, _loss(point)) for (point, raw), _ in asked])
-        ours.tell([(raw, _loss(point)) for _, (point, raw) in asked])
+        theirs.tell([(raw, _ellipsoid(point)) for (point, raw), _ in asked])
+        ours.tell([(raw, _ellipsoid(point)) for _, (point, raw) in asked])
         pushed += int((ours.stretch == before).any())  # a lattice end: the mean pushed instead
         _same_state(theirs, ours)
         assert ours.should_stop() == theirs.should_stop()
+    # The loss is smallest at 0.3 everywhere: a binary coordinate wants its lower end (0.25).
     assert pushed, "no lattice coordinate reached an end: the edge correction went untested"
 
 
 def test_points_it_did_not_sample_are_learned_the_same() -> None:
     """Injected results (the GA's children, immigrants) move both alike."""
     theirs, ours = _pair([0, 3, 0, 6], 11)
-    other = np.random.default_rng(5)
-    for _ in range(15):
-        points = [other.uniform(0.0, 1.0, 4) for _ in range(ours.population_size)]
-        theirs.tell([(p, _loss(p)) for p in points])
-        ours.tell([(p, _loss(p)) for p in points])
+    for points in random_batches(4, ours.population_size):
+        theirs.tell([(p, _ellipsoid(p)) for p in points])
+        ours.tell([(p, _ellipsoid(p)) for p in points])
         _same_state(theirs, ours)
 
 
