@@ -3,6 +3,8 @@ samples, distribution, stretch and stopping decisions."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from cmaes import CMAwM
@@ -106,3 +108,10 @@ def test_coordinates_round_to_the_same_lattice_values_ties_to_the_lower() -> Non
         assert np.array_equal(ours._nearest(coordinates.tolist()),
                               theirs._get_discrete_param_indices(coordinates))
     assert ours._nearest(midpoints[0].tolist()) == [0] * len(lattice)  # halfway between 0 and 1: 0
+
+
+def test_off_lattice_coordinates_round_to_its_ends_and_a_zero_step_changes_nothing() -> None:
+    _, ours = _pair([0, 3, 4], 1)
+    assert ours._nearest([math.inf, -math.inf]) == [2, 0]
+    assert ours._nearest([math.nan, 1e300]) == [0, 3]
+    assert ours._with_margin(0.5, 1.0, 0.0, 1 / 3, 2 / 3) == (0.5, 1.0)

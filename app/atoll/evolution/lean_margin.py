@@ -121,6 +121,8 @@ class LeanCMAwM:
         times the coordinate's standard deviation in the covariance."""
         margin = self.margin
         scale = spread * stretch
+        if not scale > 0.0:  # a step collapsed to 0: nothing to correct (a restart follows)
+            return centre, stretch
         below = normal_cdf_of((below_limit - centre) / scale)
         above = 1.0 - normal_cdf_of((above_limit - centre) / scale)
         if max(below, above) > 0.5:
@@ -155,8 +157,10 @@ class LeanCMAwM:
             position = (c - first) / step + 0.5
             if not position > 0:  # below the lattice, or NaN
                 i = 0
+            elif position >= count:  # above it, or infinite
+                i = count - 1
             else:
-                i = min(math.floor(position), count - 1)
+                i = math.floor(position)
             if i > 0 and c <= _midpoint(first, step, i - 1):
                 i -= 1
             if i < count - 1 and c > _midpoint(first, step, min(i, count - 2)):
