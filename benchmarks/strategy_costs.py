@@ -84,7 +84,7 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
     rows, notes = [], []
     for name, (start, short, long) in costs.items():
         grows = long / short
-        judged = name in JUDGED and long <= DEFAULT_COST * costs[JUDGED[name]][2]
+        cheap = name not in JUDGED or long <= DEFAULT_COST * costs[JUDGED[name]][2]
         rows.append(Row(
             f"strategy costs, {name}, {RANKS} ranks, 0 ms {DIMENSIONS}-d sphere"
             + (f" (its last {INTS} parameters ints)" if "ints" in CONTENDERS[name][1] else "")
@@ -97,7 +97,7 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
             f"{long / peer[2]:.2g}",
             f"overhead at {LONG} <= {GROWTH} x at {SHORT}" + (
                 f"; <= {DEFAULT_COST:g} x {JUDGED[name]}'s" if name in JUDGED else ""),
-            grows <= GROWTH and (name not in JUDGED or judged)))
+            grows <= GROWTH and cheap))
         notes.append(f"strategy costs, {name}: start-up {start:.3f} s, overhead "
                      f"{short * 1e3:.4f} ms ({SHORT}/worker), {long * 1e3:.4f} ms ({LONG}/worker)")
     return rows, notes

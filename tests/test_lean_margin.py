@@ -49,8 +49,8 @@ def test_it_asks_and_learns_as_cmaes_does(sizes: list[int], seed: int,
         asked = [(theirs.ask(), ours.ask()) for _ in range(theirs.population_size)]
         for (their_point, their_raw), (our_point, our_raw) in asked:
             np.testing.assert_allclose(our_raw, their_raw, rtol=1e-9, atol=1e-12)
-            np.testing.assert_array_equal(our_point[ours._lattice],
-                                          their_point[ours._lattice])
+            np.testing.assert_array_equal(our_point[ours._indices],
+                                          their_point[ours._indices])
             np.testing.assert_allclose(our_point, their_point, rtol=1e-9, atol=1e-12)
         before = ours.stretch.copy()
         theirs.tell([(raw, _ellipsoid(point)) for (point, raw), _ in asked])
@@ -100,7 +100,7 @@ def test_a_lattice_of_one_value_is_refused() -> None:
 
 def test_coordinates_round_to_the_same_lattice_values_ties_to_the_lower() -> None:
     theirs, ours = _pair([0, 3, 4, 2], 1)
-    lattice = ours._lattice
+    lattice = ours._indices
     midpoints = [np.array([_midpoint(first, step, k) for first, step, _ in ours.lattices])
                  for k in range(2)]
     grid = [np.full(len(lattice), u) for u in np.linspace(-0.2, 1.2, 57)] + midpoints

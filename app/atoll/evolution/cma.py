@@ -71,8 +71,7 @@ PARTIAL = (Status.PRUNED, Status.PAUSED)
 def clip_step(cma: LeanCMA | LeanCMAwM, point: np.ndarray) -> np.ndarray:
     """``point`` moved towards the mean until its step has Mahalanobis length at most
     sqrt(n) + 2n / (n + 2) under the current distribution (Hansen 2011)."""
-    inner = cma.cma if isinstance(cma, LeanCMAwM) else cma
-    mean, sigma, basis, scales = inner.distribution()
+    mean, sigma, basis, scales = cma.distribution()
     step = (point - mean) / sigma
     length = float(np.linalg.norm(basis @ ((basis.T @ step) / scales)))
     n = len(point)

@@ -54,7 +54,7 @@ class LeanCMAwM:
         open_bounds[on_lattice] = (-np.inf, np.inf)  # rounded, never redrawn or clipped
         self.cma = LeanCMA(mean=mean, sigma=sigma, bounds=open_bounds,
                            population_size=population_size, seed=seed)
-        self._lattice = np.flatnonzero(on_lattice)
+        self._indices: list[int] = np.flatnonzero(on_lattice).tolist()  # lattice coordinates
         first, step = bounds[on_lattice, 0], steps[on_lattice]
         counts = np.ceil((bounds[on_lattice, 1] + step / 2 - first) / step).astype(int)
         if (counts < 2).any():
@@ -64,9 +64,8 @@ class LeanCMAwM:
             counts.tolist(), strict=True))
         """Each lattice coordinate's first value, step and number of values."""
         self.margin = margin if margin is not None else 1.0 / (len(mean) * self.population_size)
-        self._stretch = [1.0] * len(self._lattice)  # A, on the lattice coordinates
+        self._stretch = [1.0] * len(self._indices)  # A, on the lattice coordinates
         self._margin_quantile = tail_quantile_of(self.margin)  # where a lattice's end pushes
-        self._indices: list[int] = self._lattice.tolist()
 
     @property
     def dim(self) -> int:
@@ -88,6 +87,10 @@ class LeanCMAwM:
     def stretch(self) -> np.ndarray:
         """How far each lattice coordinate of a sample is stretched around the mean."""
         return np.array(self._stretch)
+
+    def distribution(self) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+        """LeanCMA's distribution (the margin moves its mean, not its shape)."""
+        return self.cma.distribution()
 
     def ask(self) -> tuple[np.ndarray, np.ndarray]:
         """A point with its lattice coordinates on lattice values, and the raw point."""
@@ -129,7 +132,7 @@ class LeanCMAwM:
             if min(below, above) < margin:
                 sign = (centre > above_limit) - (centre < above_limit)
                 target = above_limit + sign * stretch * spread * self._margin_quantile
-                centre = centre + (target - centre)
+                centre = centre + (target - centre)  # cmaes's arithmetic, to the last bit
             return centre, stretch
         inside = 1.0 - (below + above)
         below, above = max(below, margin / 2), max(above, margin / 2)
@@ -140,6 +143,7 @@ class LeanCMAwM:
         high = min(max(above + excess * (above - margin / 2) / total, TAIL_LIMIT),
                    0.5 - TAIL_LIMIT)
         z_below, z_above = tail_quantile_of(low), tail_quantile_of(high)
+        # Moved as cmaes moves them (x + (new - x)), so both round alike and runs stay together.
         stretch = stretch + ((above_limit - below_limit) / ((z_below + z_above) * spread)
                              - stretch)
         centre = centre + ((below_limit * z_above + above_limit * z_below)
