@@ -86,8 +86,18 @@ def atoll_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "atoll", *args]
 
 
-def mpirun_atoll(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout)
+def mpirun_atoll(n: int, *args: str, timeout: float = 240,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout, env=env)
+
+
+def no_hard_links_env() -> dict[str, str]:
+    """The environment of processes on a file system that refuses hard links (SMB/CIFS
+    shares, object-store mounts): tests/no_hard_links/sitecustomize.py makes ``os.link``
+    fail as it does there."""
+    env = mpi_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "no_hard_links"), env["PYTHONPATH"]])
+    return env
 
 
 def descendants(pid: int) -> list[int]:

@@ -4,12 +4,14 @@ whole job, refused to any other job with the holder's name.
 The claim is ``RUN_DIR/.atoll-claim``, made by a hard link to a file of the job's own that
 already holds its content: atomic, and refused if the name exists, on local file systems and on
 the parallel ones jobs run on (the classic lock file of NFS; Lustre, GPFS), where ``flock``
-and HDF5's locks may be missing or silently off. It holds the holder's host, pid, SLURM job id
-and start time as JSON. A crash cannot delete it, so the holder refreshes its modification
-time every :data:`HEARTBEAT` seconds; a claim whose holder is gone (a dead pid on this host, or
-no heartbeat for :data:`STALE_AFTER` seconds) is taken over with a warning. A job that finds
-the claim of a job on another host waits until that claim would have gone stale before it
-refuses: a job requeued right after its node was lost then continues instead of failing.
+and HDF5's locks may be missing or silently off (where hard links are refused, an exclusive
+create takes its place: :mod:`atoll.record.exclusive`). It holds the holder's host, pid, SLURM
+job id and start time as JSON. A crash cannot delete it, so the holder refreshes its
+modification time every :data:`HEARTBEAT` seconds; a claim whose holder is gone (a dead pid
+on this host, or no heartbeat for :data:`STALE_AFTER` seconds) is taken over with a warning. A
+job that finds the claim of a job on another host waits until that claim would have gone stale
+before it refuses: a job requeued right after its node was lost then continues instead of
+failing.
 
 A lease can be lost while its holder lives (a node whose file system hung for a minute): each
 heartbeat checks that the claim is still this job's before refreshing it. One taken over by
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.errors import RecordError
+from atoll.record.exclusive import make_exclusive
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +162,12 @@ def _holder() -> str:
 def _create(path: Path, text: str) -> None:
     """Write the holder to a file of our own, then link it to the claim's name: the link is
     atomic and fails if the claim exists (also on NFS), and a claim is never seen half
-    written. FileExistsError if another job holds it."""
+    written (where links are refused, an exclusive create, which may be seen empty for a
+    moment). FileExistsError if another job holds it."""
     mine = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}")
     try:
         mine.write_text(text)
-        os.link(mine, path)
+        make_exclusive(path, mine, text)
     finally:
         mine.unlink(missing_ok=True)
 
@@ -182,7 +186,7 @@ def _take_over(path: Path, seen: str, holder: dict[str, Any]) -> None:
     try:
         if _read(aside) != seen:
             with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
+                make_exclusive(path, aside, _read(aside))
             raise RecordError(f"{path.parent}: another job took over this run directory at "
                               "the same moment; wait for it to end")
         log.warning("%s: taking over the claim of a job that is gone (%s)", path.parent,

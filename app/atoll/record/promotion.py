@@ -7,6 +7,8 @@ atomic and fails if the name exists, so of the workers that try, exactly one win
 too if the checkpoint is gone (the individual finished). The link pins the checkpoint as it was
 claimed, so the winner checks that it holds the epoch it decided on: a worker that learned of
 a later pause of the individual only after deciding does not promote it from the wrong rung.
+Where the file system refuses hard links, the claim is an empty file made with ``O_EXCL``, and
+the winner reads the checkpoint itself: no other worker writes it while the claim is held.
 
 The claim is held until the promoted evaluation ends (:func:`release`); a claim left by a job
 that was killed meanwhile marks an evaluation the next job continues (:func:`held`).
@@ -14,11 +16,11 @@ that was killed meanwhile marks an evaluation the next job continues (:func:`hel
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 import h5py
 
+from atoll.record.exclusive import make_exclusive
 from atoll.record.paths import RunPaths
 
 Claimed = Literal["won", "taken", "gone", "stale"]
@@ -31,14 +33,15 @@ def claim(paths: RunPaths, individual_id: int, epoch: int) -> Claimed:
     """Claim the paused individual ``individual_id`` to continue it from its checkpoint at
     ``epoch``."""
     target = paths.promotion_claim(individual_id)
+    checkpoint = paths.checkpoint_file(individual_id)
     try:
-        os.link(paths.checkpoint_file(individual_id), target)
+        linked = make_exclusive(target, checkpoint, "")
     except FileExistsError:
         return "taken"
     except FileNotFoundError:
         return "gone"
     try:
-        with h5py.File(target, "r", locking=False) as f:
+        with h5py.File(target if linked else checkpoint, "r", locking=False) as f:
             saved = int(f.attrs["epoch"])
     except (OSError, KeyError, ValueError):
         saved = None  # damaged: the evaluation warns when it loads it and starts from scratch
