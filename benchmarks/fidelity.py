@@ -130,6 +130,13 @@ def optuna_runs(scratch: Path, pruner: str, jobs: int) -> list[Trajectory]:
             for study in json.loads(out.read_text())]
 
 
+def first_completion(path: Trajectory) -> float:
+    """The epochs spent when the first evaluation that trained every epoch ended: no level is
+    reached before. A search running RANKS at once has then spent about RANKS x MAX_EPOCHS
+    (one at a time: MAX_EPOCHS), whatever its scheduler."""
+    return next((float(spent) for spent, regret in path if math.isfinite(regret)), math.inf)
+
+
 def levels(paths: list[Trajectory]) -> list[float]:
     """Regret levels from the median at a tenth of the budget to the median at its end."""
     high = statistics.median(min((r for s, r in p if s <= EPOCH_BUDGET // 10), default=math.inf)
@@ -191,11 +198,18 @@ def run(log: Any = print) -> tuple[list[Row], list[str]]:
     shown = "; ".join(f"{n}: {finals[n]:.3g}" for n in results)
     table = "; ".join(f"{n}: " + ", ".join(f"{e:.0f}" for e in epochs_at(results[n], at))
                       for n in results)
+    firsts = "; ".join(f"{n}: {statistics.median(first_completion(p) for p in paths):.0f}"
+                       for n, paths in results.items())
     notes = [f"multi-fidelity, median final regret at {EPOCH_BUDGET} epochs: {shown}",
              "multi-fidelity, worst epochs ratio to " + optuna_best + ": "
              + "; ".join(f"{n}: {r:.2f}" for n, r in ratios.items()),
              "multi-fidelity, median epochs to reach regret "
-             + ", ".join(f"{level:.3g}" for level in at) + f": {table}"]
+             + ", ".join(f"{level:.3g}" for level in at) + f": {table}",
+             "multi-fidelity, median epochs spent when the first evaluation trained every epoch "
+             f"(no level is reached before; {RANKS} at once spend about {RANKS} x "
+             f"{task.MAX_EPOCHS} = {RANKS * task.MAX_EPOCHS} by then, whatever the scheduler, "
+             f"so no search running {RANKS} at once reaches a level in half the epochs of a "
+             f"reference that reaches it before {2 * RANKS * task.MAX_EPOCHS}): {firsts}"]
     for note in notes:
         log("  " + note)
     best_ratio = ratios[atoll_best]

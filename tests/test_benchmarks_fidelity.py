@@ -42,6 +42,12 @@ def test_levels_span_the_reference_and_the_ratio_skips_levels_it_never_reaches(m
     assert math.isinf(fidelity.epochs_to(ours[0], 0.001))
 
 
+def test_the_first_completion_is_where_the_regret_first_is_known():
+    assert fidelity.first_completion([(5, math.inf), (31, math.inf), (40, 0.3), (50, 0.1)]) == 40
+    assert math.isinf(fidelity.first_completion([(5, math.inf)]))
+    assert math.isinf(fidelity.first_completion([]))
+
+
 def test_atolls_best_is_the_lowest_worst_ratio_and_then_the_lowest_final_regret():
     finals = {"full": 0.02, "median": 0.007, "asha": 0.0047}
     assert fidelity.best_scheduler({"full": math.inf, "median": math.inf, "asha": math.inf},
