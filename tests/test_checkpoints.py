@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import random
 import shutil
 import struct
@@ -276,3 +277,27 @@ def test_the_free_space_check_counts_checkpoints(tmp_path):
     with pytest.raises(RecordError, match=r"checkpoints: \d+ MB free, but each of the 2 workers"):
         check_room(paths, workers=2)
     check_room(paths, workers=1)
+
+
+def test_a_checkpoint_is_durable_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):
+    """A crash of the node (not only of the job) keeps either the old checkpoint or the new
+    one: the file is synced before it replaces the old, and its directory after."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        real_fsync(descriptor)
+
+    def replace(source: str, target: str) -> None:
+        events.append(("replace", str(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    paths = RunPaths(tmp_path)
+    CheckpointStore(paths, "run").save(3, 1, {"w": np.ones(4)})
+    saved = str(paths.checkpoint_file(3))
+    assert [kind for kind, _ in events] == ["fsync", "replace", "fsync"]
+    assert events[0][1].startswith(str(paths.checkpoints_dir)) and events[0][1] != saved
+    assert events[1:] == [("replace", saved), ("fsync", str(paths.checkpoints_dir))]

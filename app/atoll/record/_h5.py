@@ -36,7 +36,8 @@ read them."""
 def written_whole(path: Path, *, fsync: bool = False) -> Iterator[Path]:
     """Write ``path`` whole or not at all: the block writes the temporary file it is given,
     which then replaces ``path`` in one ``os.replace``. On any error the temporary file is
-    removed and the error raised; ``fsync`` makes the content durable before the rename."""
+    removed and the error raised; ``fsync`` makes the content durable before the rename, and
+    the rename after it."""
     temp = temp_for(path)
     try:
         yield temp
@@ -48,6 +49,24 @@ def written_whole(path: Path, *, fsync: bool = False) -> Iterator[Path]:
         with contextlib.suppress(OSError):  # a read-only file system refuses even this
             temp.unlink(missing_ok=True)
         raise
+    if fsync:
+        sync_directory(path.parent)
+
+
+def sync_directory(folder: Path) -> None:
+    """Make the renames into ``folder`` durable: on local file systems a crash of the node (not
+    of the job) can otherwise bring back the old file after its replacement was reported. A
+    file system that cannot sync a directory (some network ones) keeps its own guarantees."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def write_header(f: h5py.File, kind: str, **attrs: Any) -> None:
