@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from atoll.engine.restore import completed_count
+from atoll.errors import RecordError
 from atoll.record import open_run
-from atoll.record.claim import CLAIM_FILE, STALE_AFTER
+from atoll.record.claim import CLAIM_FILE, STALE_AFTER, claim
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, no_hard_links_env, run
 
 SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
@@ -102,6 +103,21 @@ def test_a_live_holder_is_named_and_nothing_is_written(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"pid {os.getpid()}, SLURM job 4711, since " in done.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == [CLAIM_FILE]
+
+
+def test_a_claim_found_before_its_holder_wrote_its_name_names_the_holder(tmp_path):
+    """Where hard links are refused a claim is created, then written: a job meeting it empty
+    waits for the name instead of judging an unknown holder (80 s, then "holder unknown")."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / CLAIM_FILE).touch()
+    writer = threading.Timer(0.3, write_claim, (run_dir, os.getpid()))
+    writer.start()
+    started = time.monotonic()
+    with pytest.raises(RecordError, match=f"pid {os.getpid()}, SLURM job 4711, since "):
+        claim(run_dir, create=False)
+    writer.join()
+    assert time.monotonic() - started < STALE_AFTER
 
 
 def test_claims_of_jobs_that_are_gone_are_taken_over(tmp_path):

@@ -44,6 +44,8 @@ STALE_AFTER = 60.0
 """A claim not refreshed for this long belongs to a job that is gone (a crash, a lost node)."""
 CLAIM_LOST = "another job took over the run directory"
 """The reason a job whose claim was taken over gives for stopping."""
+WRITING = 2.0
+"""Seconds to wait for the holder's name in a claim found empty (created, not yet written)."""
 DYING = 3.0
 """Seconds to wait for a holder on this host that may be being killed, before refusing."""
 
@@ -129,7 +131,7 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
     try:
         _create(path, text)
     except FileExistsError:
-        seen = _read(path)
+        seen = _written(path)
         holder = _parsed(seen)
         if not _wait_until_gone(path, holder):
             if made:
@@ -200,6 +202,15 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+def _written(path: Path) -> str:
+    """The claim's content, once its holder has written it: where hard links are refused, a
+    claim exists empty for a moment before its holder's name is in it."""
+    deadline = time.monotonic() + WRITING
+    while not (seen := _read(path)) and time.monotonic() < deadline and path.exists():
+        time.sleep(0.05)
+    return seen
 
 
 def _parsed(text: str) -> dict[str, Any]:
