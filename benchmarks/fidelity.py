@@ -33,7 +33,9 @@ import learning_curves as task
 import numpy as np
 from common import HERE, OPTUNA_PYTHON, ROOT, Row, ensure_optuna_venv, mpi_env
 
-SEEDS = (1, 2, 3, 4, 5)
+SEEDS = tuple(range(1, 21))
+"""Five flipped the verdict between two runs of the same code (worst ratio 0.87, then 1.50 at
+the last level; final regrets 0.0037 against 0.0055, then 0.0034 against 0.0030: 2026-11-28)."""
 RANKS = 4
 EPOCH_BUDGET = 40 * task.MAX_EPOCHS
 LEVELS = 8
