@@ -91,6 +91,25 @@ def mpirun_atoll(n: int, *args: str, timeout: float = 240,
     return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout, env=env)
 
 
+def file_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """From now on, each ``os.fsync`` (of the file or directory it syncs) and ``os.replace``
+    (of the name it replaces) of this process, in order, as they happen."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        real_fsync(descriptor)
+
+    def replace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        events.append(("replace", os.fspath(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
 def no_hard_links_env() -> dict[str, str]:
     """The environment of processes on a file system that refuses hard links (SMB/CIFS
     shares, object-store mounts): tests/no_hard_links/sitecustomize.py makes ``os.link``

@@ -7,7 +7,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import random
 import shutil
 import struct
@@ -23,6 +22,7 @@ from atoll.errors import ConfigError, RecordError
 from atoll.record import RunPaths, check_room
 from atoll.record.checkpoints import MB, CheckpointStore, checkpoint_bytes
 from atoll.record.state import read_state, write_state
+from conftest import file_syncs
 
 NAN_WITH_PAYLOAD = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_00AB_CDEF))[0]
 
@@ -282,19 +282,7 @@ def test_the_free_space_check_counts_checkpoints(tmp_path):
 def test_a_checkpoint_is_durable_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):
     """A crash of the node (not only of the job) keeps either the old checkpoint or the new
     one: the file is synced before it replaces the old, and its directory after."""
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(descriptor: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
-        real_fsync(descriptor)
-
-    def replace(source: str, target: str) -> None:
-        events.append(("replace", str(target)))
-        real_replace(source, target)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = file_syncs(monkeypatch)
     paths = RunPaths(tmp_path)
     CheckpointStore(paths, "run").save(3, 1, {"w": np.ones(4)})
     saved = str(paths.checkpoint_file(3))

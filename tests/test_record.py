@@ -48,6 +48,7 @@ from atoll.record.schema import (
 from atoll.space import Space
 from atoll.views.facts import best_epoch_values, main_metric
 from atoll.views.inspect import describe
+from conftest import file_syncs
 
 APP = str(Path(__file__).resolve().parents[1] / "app")
 SPACE = {
@@ -438,6 +439,20 @@ def test_new_metric_widens_a_long_epochs_table(tmp_path: Path, space: Space) -> 
     assert np.array_equal(epochs["a"][:5000], np.arange(5000.0))
     assert np.isnan(epochs["b"][:5000]).all() and epochs["b"][5000] == 2.0
     assert epochs["c"][5001] == 4.0 and np.isnan(epochs["a"][5000])
+
+
+def test_a_widened_worker_file_is_durable_before_it_replaces_the_old_one(
+        tmp_path: Path, space: Space, monkeypatch) -> None:
+    path = tmp_path / "run" / "workers" / "job000-worker00000.h5"
+    with WorkerLog(path, space, job=0, worker=0, flush_interval=1) as log:
+        log.add_epoch(0, 0, 1.0, {"a": 1.0})
+        log.flush()
+        events = file_syncs(monkeypatch)
+        log.add_epoch(0, 1, 1.0, {"b": 2.0})
+        log.flush()
+    replaced = events.index(("replace", str(path)))
+    assert events[replaced - 1][0] == "fsync" and events[replaced - 1][1] != str(path)
+    assert events[replaced + 1] == ("fsync", str(path.parent))
 
 
 def _held_lock(path: Path, seconds: float) -> subprocess.Popen[bytes]:

@@ -311,7 +311,8 @@ class WorkerLog:
     def _widen_epochs(self) -> None:
         """Rebuild the epochs table with the new metric columns (old rows get NaN).
 
-        In a new file that replaces this one whole: a kill leaves the old file or the new one.
+        In a new file that replaces this one whole (made durable first, as a checkpoint): a kill
+        of the job or a crash of the node leaves the old file or the new one.
         The other tables and the attributes are copied as they are (committed rows only are
         in them: nothing is pending while this runs).
         """
@@ -320,7 +321,7 @@ class WorkerLog:
         self._tables.clear()  # drop the attribute handles before the file closes
         self._file.close()
         try:
-            with written_whole(self.path) as temp, \
+            with written_whole(self.path, fsync=True) as temp, \
                     h5py.File(self.path, "r", libver=SWMR_LIBVER) as old, \
                     h5py.File(temp, "w", libver=SWMR_LIBVER) as new:
                 for name, value in old.attrs.items():
