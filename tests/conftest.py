@@ -86,9 +86,8 @@ def atoll_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "atoll", *args]
 
 
-def mpirun_atoll(n: int, *args: str, timeout: float = 240,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout, env=env)
+def mpirun_atoll(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return run(mpirun_cmd(n, "-m", "atoll", *args), timeout=timeout)
 
 
 def file_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
@@ -110,13 +109,50 @@ def file_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return events
 
 
-def no_hard_links_env() -> dict[str, str]:
-    """The environment of processes on a file system that refuses hard links (SMB/CIFS
-    shares, object-store mounts): tests/no_hard_links/sitecustomize.py makes ``os.link``
-    fail as it does there."""
-    env = mpi_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "no_hard_links"), env["PYTHONPATH"]])
-    return env
+def _fuse_unavailable() -> str:
+    """Why no FUSE file system can be mounted here ("" if one can)."""
+    if not Path("/dev/fuse").exists():
+        return "no /dev/fuse"
+    if shutil.which("fusermount3") is None:
+        return "no fusermount3 (Debian's fuse3)"
+    try:
+        import mfusepy  # noqa: F401  (loads libfuse)
+    except (ImportError, OSError) as exc:
+        return f"no FUSE for Python ({exc})"
+    return ""
+
+
+@pytest.fixture
+def no_hard_links(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a real file system that refuses hard links (tests/no_links_fs.py, FUSE), as
+    SMB/CIFS shares and object-store mounts do; unmounted afterwards.
+
+    Where FUSE is missing the tests skip and say why; with CI=true they fail instead (.ci/run
+    installs fuse3)."""
+    reason = _fuse_unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but no FUSE file system can be mounted: {reason}")
+        pytest.skip(reason)
+    folder, mount = tmp_path / "no-links-folder", tmp_path / "no-links"
+    folder.mkdir()
+    mount.mkdir()
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "no_links_fs.py"),
+                               str(folder), str(mount)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mount):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the FUSE file system did not mount: {server.communicate()[1]}")
+            time.sleep(0.05)
+        yield mount
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(mount)], capture_output=True)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def descendants(pid: int) -> list[int]:

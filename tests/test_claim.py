@@ -20,17 +20,16 @@ from atoll.engine.restore import completed_count
 from atoll.errors import RecordError
 from atoll.record import open_run
 from atoll.record.claim import CLAIM_FILE, STALE_AFTER, claim
-from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, no_hard_links_env, run
+from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
 
 SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
 ROUNDS = 3  # before claims, 1 in 15 same-moment starts both ran and 5 of 5 resumes did
 TAKEOVER_ROUNDS = 16  # before the fix, about one run in two met both holding at once
 
 
-def together(*commands: list[str], env: dict[str, str] | None = None
-             ) -> list[subprocess.CompletedProcess[str]]:
+def together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
     """Start the commands at the same moment; wait for all."""
-    procs = [subprocess.Popen(c, cwd=ROOT, env=env or mpi_env(), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(c, cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
              for c in commands]
     try:
@@ -64,11 +63,11 @@ def test_two_searches_started_at_once_on_one_new_directory_run_once(tmp_path, ro
     assert not (run_dir / CLAIM_FILE).exists()  # given up at the end
 
 
-def test_where_hard_links_are_refused_two_searches_at_once_still_run_once(tmp_path):
-    run_dir = tmp_path / "run"
+def test_where_hard_links_are_refused_two_searches_at_once_still_run_once(no_hard_links):
+    run_dir = no_hard_links / "run"
     search = atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
                        "search.generations=100", "--set", "objective.options.sleep=0.05")
-    check_one_ran(together(search, search, env=no_hard_links_env()), run_dir)
+    check_one_ran(together(search, search), run_dir)
     ind = open_run(run_dir).individuals
     assert len(ind) == 100 and len(np.unique(ind["id"])) == 100
     assert not (run_dir / CLAIM_FILE).exists()

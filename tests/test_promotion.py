@@ -4,10 +4,8 @@ checkpoint files, island loops over the in-memory mailbox, then real mpirun sear
 
 from __future__ import annotations
 
-import errno
 import itertools
 import math
-import os
 import random
 import re
 import textwrap
@@ -35,7 +33,7 @@ from atoll.record.schema import individual_dtype
 from atoll.scheduling import Asha, Verdict
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import Space
-from conftest import ROOT, atoll_cmd, mpirun_atoll, no_hard_links_env, run
+from conftest import ROOT, atoll_cmd, mpirun_atoll, run
 
 GO, PAUSE = Verdict.CONTINUE, Verdict.PAUSE
 SETTINGS = PruningConfig(rule="asha", eta=2, min_epochs=1)  # rungs after epochs 0, 1, 3, ...
@@ -107,18 +105,17 @@ def saved(tmp_path: Path, *epochs_by_id: tuple[int, int]) -> RunPaths:
     return paths
 
 
-@pytest.fixture(params=["made", "refused"])
-def links(request, monkeypatch):
-    """Each claim test on a file system that makes hard links and on one that refuses them."""
-    if request.param == "refused":
-        def refused(source: object, target: object) -> None:
-            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
-        monkeypatch.setattr(os, "link", refused)
-    return request.param
+@pytest.fixture(params=["links made", "links refused"])
+def folder(request, tmp_path):
+    """A folder on a file system that makes hard links, and one on a file system that
+    refuses them."""
+    if request.param == "links refused":
+        return request.getfixturevalue("no_hard_links")
+    return tmp_path
 
 
-def test_of_two_claims_on_one_paused_individual_one_wins(tmp_path, links):
-    paths = saved(tmp_path, (7, 1))
+def test_of_two_claims_on_one_paused_individual_one_wins(folder):
+    paths = saved(folder, (7, 1))
     assert promotion.claim(paths, 7, 1) == "won"
     assert promotion.claim(paths, 7, 1) == "taken"
     assert promotion.held(paths) == {7}
@@ -128,8 +125,8 @@ def test_of_two_claims_on_one_paused_individual_one_wins(tmp_path, links):
     assert promotion.claim(paths, 7, 1) == "won"
 
 
-def test_a_claim_from_the_wrong_rung_or_without_checkpoint_fails(tmp_path, links):
-    paths = saved(tmp_path, (7, 3))
+def test_a_claim_from_the_wrong_rung_or_without_checkpoint_fails(folder):
+    paths = saved(folder, (7, 3))
     assert promotion.claim(paths, 7, 1) == "stale"  # it was paused again since, at epoch 3
     assert promotion.held(paths) == set()
     assert promotion.claim(paths, 8, 0) == "gone"
@@ -370,12 +367,10 @@ def check_parts(tmp_path: Path, run_dir: Path, jobs: int) -> tuple[np.ndarray, s
     return rows, promoted
 
 
-@pytest.mark.parametrize("links", ["made", "refused"])
-def test_two_rank_workers_pause_and_promote_each_epoch_trained_once(tmp_path, links):
-    run_dir = tmp_path / "run"
+def test_two_rank_workers_pause_and_promote_each_epoch_trained_once(tmp_path, folder):
+    run_dir = folder / "run"
     done = mpirun_atoll(4, "search", "--config", str(write_config(tmp_path, 16)), "--run-dir",
-                        str(run_dir), "-q",
-                        env=no_hard_links_env() if links == "refused" else None)
+                        str(run_dir), "-q")
     assert done.returncode == 0, done.stderr[-3000:]
     rows, promoted = check_parts(tmp_path, run_dir, 1)
     assert len(promoted) >= 3 and len(set(rows["worker"].tolist())) == 2
