@@ -50,10 +50,10 @@ def written_whole(path: Path, *, fsync: bool = False) -> Iterator[Path]:
             temp.unlink(missing_ok=True)
         raise
     if fsync:
-        sync_directory(path.parent)
+        _sync_directory(path.parent)
 
 
-def sync_directory(folder: Path) -> None:
+def _sync_directory(folder: Path) -> None:
     """Make the renames into ``folder`` durable: on local file systems a crash of the node (not
     of the job) can otherwise bring back the old file after its replacement was reported. A
     file system that cannot sync a directory (some network ones) keeps its own guarantees."""
