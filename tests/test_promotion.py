@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -399,7 +400,8 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     paths = RunPaths(run_dir)
     cut = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmax(
         ind["loss"][ind["status"] == int(Status.PAUSED)])])
-    paths.promotion_claim(cut).hardlink_to(paths.checkpoint_file(cut))
+    with h5py.File(paths.checkpoint_file(cut), "r") as f:
+        assert promotion.claim(paths, cut, int(f.attrs["epoch"])) == "won"
     # ... and as if the user had deleted the best paused one's checkpoint: it cannot go on.
     gone = int(ind["id"][ind["status"] == int(Status.PAUSED)][np.argmin(
         ind["loss"][ind["status"] == int(Status.PAUSED)])])
