@@ -137,13 +137,15 @@ def no_hard_links(tmp_path: Path) -> Iterator[Path]:
     folder, mount = tmp_path / "no-links-folder", tmp_path / "no-links"
     folder.mkdir()
     mount.mkdir()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "no_links_fs.py"),
-                               str(folder), str(mount)], stderr=subprocess.PIPE, text=True)
+    said = tmp_path / "no-links-server.log"  # a file, not a pipe: a full pipe would stall it
+    with open(said, "w") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "no_links_fs.py"),
+                                   str(folder), str(mount)], stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 20
         while not os.path.ismount(mount):
             if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the FUSE file system did not mount: {server.communicate()[1]}")
+                pytest.fail(f"the FUSE file system did not mount: {said.read_text()}")
             time.sleep(0.05)
         yield mount
     finally:
