@@ -186,9 +186,10 @@ def _take_over(path: Path, seen: str, holder: dict[str, Any]) -> None:
     except FileNotFoundError:
         return  # given up normally, or moved aside by another job: whoever creates it wins
     try:
-        if _read(aside) != seen:
+        found = _read(aside)
+        if found != seen:
             with contextlib.suppress(FileExistsError):
-                make_exclusive(path, aside, _read(aside))
+                make_exclusive(path, aside, found)
             raise RecordError(f"{path.parent}: another job took over this run directory at "
                               "the same moment; wait for it to end")
         log.warning("%s: taking over the claim of a job that is gone (%s)", path.parent,
