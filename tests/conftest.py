@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -109,6 +109,14 @@ def file_syncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return events
 
 
+def missing_here(reason: str, what: str) -> NoReturn:
+    """A test whose system part is missing: a skip that says why, or a failure with CI=true,
+    where .ci/run installs every part and every test must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {what}: {reason}")
+    pytest.skip(reason)
+
+
 def _fuse_unavailable() -> str:
     """Why no FUSE file system can be mounted here ("" if one can)."""
     if not Path("/dev/fuse").exists():
@@ -131,9 +139,7 @@ def no_hard_links(tmp_path: Path) -> Iterator[Path]:
     installs fuse3)."""
     reason = _fuse_unavailable()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but no FUSE file system can be mounted: {reason}")
-        pytest.skip(reason)
+        missing_here(reason, "no FUSE file system can be mounted")
     folder, mount = tmp_path / "no-links-folder", tmp_path / "no-links"
     folder.mkdir()
     mount.mkdir()
@@ -243,9 +249,7 @@ def slurm() -> Iterator[Any]:
 
     reason = _slurm_unavailable()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the SLURM tests cannot run: {reason}")
-        pytest.skip(reason)
+        missing_here(reason, "the SLURM tests cannot run")
     # munged runs as the munge user: pytest's own temp dirs (mode 700) are closed to it
     root = Path(tempfile.mkdtemp(prefix="atoll-slurm-"))
     root.chmod(0o755)
