@@ -203,9 +203,14 @@ def two_failures_on_a_two_rank_worker(tmp_path: Path, config: str, run_dir: Path
     return ind
 
 
+CRASH_RANK1 = PLAIN.replace(
+    f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"'
+).replace("\n[space.lr]", "\nstop_grace = 1\n[space.lr]")
+"""Rank 1 fails while rank 0 waits without a result: rank 0 gets stop_grace to say one."""
+
+
 def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(tmp_path):
-    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
-                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    config = CRASH_RANK1
     run_dir = tmp_path / "run"
     ind = two_failures_on_a_two_rank_worker(tmp_path, config, run_dir)
     for row in ind:
@@ -218,8 +223,7 @@ def test_one_ranks_crash_fails_the_individual_and_ends_the_other_ranks_command(t
 
 def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_path):
     """Rank 2, neither the leader nor the failed rank, leaves too, for rank 1's failure."""
-    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
-                           f'"{COMMANDS}/broken.py", "--crash-rank1", "{{work_dir}}"')
+    config = CRASH_RANK1
     run_dir = tmp_path / "run"
     done = mpirun_atoll(3, "search", "--config", str(write(tmp_path, config)), "--run-dir",
                         str(run_dir), "--set", "search.ranks_per_worker=3",
@@ -229,6 +233,37 @@ def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_pat
     assert ind["status"].tolist() == [int(Status.FAILED)]
     assert str(ind["error"][0]).endswith(
         "; rank 2: CommandFailed: the command of worker rank 1 failed"), ind["error"][0]
+
+
+@pytest.mark.parametrize(("mode", "result", "aborted"), [
+    ("--abort-leader", 0.25, 0),
+    ("--abort-rank1-first", 0.5, 1),
+    ("--abort-rank1-leader-lingers", 0.5, 1),
+])
+def test_a_crash_on_the_way_out_after_the_result_line_keeps_the_result(tmp_path, mode, result,
+                                                                        aborted):
+    """torch's gloo teardown aborts a finished script now and then (SIGABRT at exit), on any
+    rank, and a partner may end so before the leader has said its result: the result counts,
+    and the rank says in one line how its command ended."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "{mode}", "{{work_dir}}"')
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=1", "--set", "objective.stop_grace=2",
+                        timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.OK)], ind["error"]
+    assert ind["loss"].tolist() == [result]
+    said = [line for line in done.stderr.splitlines() if "after the leader's result" in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    assert said[0].endswith(
+        f"WARNING atoll.objectives.command: individual {int(ind['id'][0])}: the command of "
+        f"worker rank {aborted} was killed by SIGABRT after the leader's result line; the "
+        f"result counts; its stderr ended with: starting {mode}"), said[0]
+    assert time.monotonic() - started < 60  # a lingering leader was stopped after stop_grace
 
 
 def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):

@@ -1,5 +1,9 @@
 """Scripts that fail: --crash, --hang (past search.eval_timeout), --silent (no result),
---crash-rank1 (rank 1 crashes, the other ranks wait for it as DDP partners would)."""
+--crash-rank1 (rank 1 crashes, the other ranks wait for it as DDP partners would), and
+scripts that abort on their way out, after rank 0 said its result, as torch's gloo teardown
+now and then does: --abort-leader (rank 0 aborts after its result line), --abort-rank1-first
+(rank 1 aborts, then rank 0 says its result and exits 0), --abort-rank1-leader-lingers (rank 1
+aborts, rank 0 says its result and goes on running, as in a barrier with the lost partner)."""
 
 import os
 import sys
@@ -22,4 +26,21 @@ if mode == "--crash-rank1":
     mine.write_text(str(os.getpid()))
     mine.rename(pid)
     time.sleep(600)
+if mode == "--abort-leader":
+    if os.environ["RANK"] == "0":
+        print("ATOLL result=0.25", flush=True)
+        os.abort()
+    sys.exit(0)
+if mode in ("--abort-rank1-first", "--abort-rank1-leader-lingers"):
+    gone = Path(sys.argv[2], "rank1-aborting")
+    if os.environ["RANK"] == "1":
+        gone.write_text("")
+        os.abort()
+    while not gone.exists():
+        time.sleep(0.01)
+    time.sleep(0.5)  # the worker sees rank 1's end several ticks before the result
+    print("ATOLL result=0.5", flush=True)
+    if mode == "--abort-rank1-leader-lingers":
+        time.sleep(600)
+    sys.exit(0)
 print("done, but no result line")

@@ -19,6 +19,7 @@ told whose they are (``ATOLL_INHERIT_FROM``, ``ATOLL_INHERIT_EPOCH``).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+log = logging.getLogger(__name__)
+
 TICK = 0.05
 """Seconds at most between two looks at the children (and one allgather on a multi-rank
 worker); a rank looks sooner when its child prints a line or ends."""
@@ -68,6 +71,8 @@ class _Tick:
     checkpointed: bool = False
     """The script's checkpoint directory holds files for the first time (the worker then saves
     the individual's Atoll checkpoint, collectively)."""
+    waited: bool = False
+    """A partner's command failed more than ``stop_grace`` seconds ago (the leader's clock)."""
 
 
 class CommandObjective:
@@ -175,11 +180,13 @@ class CommandObjective:
     def _follow(self, watch: _Watch, ctx: Context) -> float:
         """Watch the children until they end, fail, time out or are told to stop."""
         deadline = time.monotonic() + self.eval_timeout if self.eval_timeout else math.inf
+        partner_deadline = math.inf  # set once a rank's command has failed: the leader's wait
         last = dict[str, float]()
         latest = 0  # the last epoch reported
         while True:
             watch.child.wait(TICK)
-            mine = watch.look(time.monotonic() > deadline)
+            now = time.monotonic()
+            mine = watch.look(now > deadline, now > partner_deadline)
             ticks = ctx.comm.allgather(mine) if ctx.size > 1 else [mine]
             leader = ticks[0]
             for epoch, metrics in leader.epochs:
@@ -192,7 +199,15 @@ class CommandObjective:
                     return self._stopped_value(watch.last_result(), last)
             if leader.checkpointed:  # from now on a killed job's next job continues it
                 ctx.save_checkpoint(_marker(watch), latest)
-            self._raise_on_failure(watch.child, ctx.rank, ticks)
+            said = leader.result is not None and not (leader.bad_line or leader.timed_out)
+            if _failed(ticks) and said and (leader.exit_code is not None or leader.waited):
+                return self._kept_result(watch, ctx, ticks, latest)
+            if _failed(ticks) and leader.exit_code is None and not leader.waited \
+                    and not (leader.bad_line or leader.timed_out):
+                # A partner crashing on its way out may end before the leader says its result.
+                partner_deadline = min(partner_deadline, now + self.stop_grace)
+            else:
+                self._raise_on_failure(watch.child, ctx.rank, ticks)
             if all(t.exit_code == 0 for t in ticks):
                 if self.inherits:  # children may start from its files once it completed
                     _mark(ctx, watch, latest)
@@ -200,6 +215,26 @@ class CommandObjective:
             if ctx.stop_requested():  # between two lines: the script hears of it at once
                 watch.child.stop(self.stop_grace)
                 return self._stopped_value(watch.last_result(), last)
+
+    def _kept_result(self, watch: _Watch, ctx: Context, ticks: list[_Tick],
+                     latest: int) -> float:
+        """Collective. The leader's result line, though some rank's command failed: a partner
+        lost mid-training leaves a DDP leader no result to say, so a failure around a said
+        result is a crash on the way out (torch's gloo teardown aborts a finished script now
+        and then, on any rank). Every rank whose command failed says so in one line; a command
+        still running (the leader ``stop_grace`` seconds after a partner's failure) is stopped."""
+        code = ticks[ctx.rank].exit_code
+        if code not in (None, 0):
+            log.warning("individual %d: the command of worker rank %d %s after the leader's "
+                        "result line; the result counts%s", ctx.individual_id, ctx.rank,
+                        _ended(code), _quoted(watch.child))
+        elif code is None:
+            watch.child.stop(self.stop_grace)
+        if self.inherits:
+            _mark(ctx, watch, latest)
+        result = ticks[0].result
+        assert result is not None
+        return result
 
     def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
         """Every rank whose child failed says why; the others fail for the first such rank."""
@@ -265,8 +300,8 @@ class _Watch:
         self.lines = Lines()
         self.marked = marked or not is_leader  # the leader's word counts
 
-    def look(self, late: bool) -> _Tick:
-        """This tick's news (only the leader's lines count)."""
+    def look(self, late: bool, waited: bool) -> _Tick:
+        """This tick's news (only the leader's lines and clock count)."""
         code = self.child.exit_code()  # first: once known, every line the child said is read
         if not self.is_leader:
             self._read()
@@ -278,7 +313,7 @@ class _Watch:
         epochs = self.lines.take_epochs()
         saved = bool(epochs) and not self.marked and _holds_files(self.saves)
         self.marked |= saved
-        return _Tick(epochs, self.lines.result, code, "", late, saved)
+        return _Tick(epochs, self.lines.result, code, "", late, saved, waited)
 
     def last_result(self) -> float | None:
         """The result line a stopped command may have said on its way out (the leader's)."""
@@ -299,6 +334,11 @@ class _Watch:
         if self.is_leader and self.results is not None:
             for line in self.results.new_lines():
                 self.lines.add(line)
+
+
+def _failed(ticks: list[_Tick]) -> bool:
+    """Some rank's command exited non-zero or was killed."""
+    return any(t.exit_code not in (None, 0) for t in ticks)
 
 
 def _holds_files(directory: Path) -> bool:
