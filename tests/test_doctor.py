@@ -54,6 +54,19 @@ def test_one_rank_ready_and_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing created: not the run dir, no probe file
 
 
+@pytest.mark.parametrize(("config", "said"), [
+    (SPHERE, "sphere: imported on every rank; it has no preflight"),
+    (str(ROOT / "examples" / "command.toml"),
+     "command: set up on every rank; its preflight passed"),
+])
+def test_the_objective_row_says_what_was_checked(config, said):
+    done = run(atoll_cmd("doctor", "--config", config, "--set", "search.ranks_per_worker=1",
+                         "--set", "search.islands=1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert rows_of(done.stdout)["objective"] == [OK]
+    assert said in flat(done.stdout), done.stdout
+
+
 def test_one_rank_bad_layout_exits_2_and_islands_lowered_to_fit_are_a_warning():
     done = run(atoll_cmd("doctor", "--config", SPHERE, "--set", "search.ranks_per_worker=2"))
     assert done.returncode == 2

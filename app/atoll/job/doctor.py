@@ -226,8 +226,9 @@ def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[R
         return [*planned, Row("objective", FAIL, failed[0])]
     error = _refusal(lambda: preflight(loaded[0], config))
     has = "its preflight passed" if hasattr(loaded[0], "preflight") else "it has no preflight"
+    made = "set up" if config.objective.command else "imported"  # a command imports nothing
     return [*planned, Row("objective", FAIL, error) if error else
-            Row("objective", OK, f"{config.objective.name}: imported on every rank; {has}")]
+            Row("objective", OK, f"{config.objective.name}: {made} on every rank; {has}")]
 
 
 def _plan_rows(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
