@@ -35,6 +35,7 @@ from atoll.errors import RecordError, suggested
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
+from atoll.evolution.distinct import Distinct
 from atoll.evolution.strategy import ContinueFirst, PromoteFirst, Strategy
 from atoll.exit_codes import EXIT_DISK_FULL, EXIT_GAVE_UP, EXIT_STOPPED
 from atoll.individual import FINISHED, Individual, Status
@@ -306,11 +307,14 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
               pruning: WorkerScheduling | None, waiting: Sequence[Individual],
               paused: Sequence[Individual]) -> Strategy:
     """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
-    the island's paused individuals, then the island's breeding."""
+    the island's paused individuals, then the island's breeding, which breeds again rather
+    than repeat an evaluated candidate unless children inherit weights."""
     strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
                                          config.inherit, config.pbt, topo.worker,
                                          partial=config.pruning.rungs)
+    if not config.inherits:
+        strategy = Distinct(strategy, topo.worker)
     if pruning is not None and pruning.rungs is not None:
         strategy = PromoteFirst(strategy, pruning.rungs,
                                 lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
