@@ -342,8 +342,9 @@ def test_an_evaluation_a_kill_9_cut_short_continues_from_its_checkpoint(tmp_path
     # inspect and the report show them as evaluations with no result yet
     ahead = ~np.isin(rows["individual"], list(recorded))
     shown = run(atoll_cmd("inspect", str(run_dir))).stdout
-    assert (f"Epochs: {len(rows)} ({np.count_nonzero(ahead)} of evaluations with no result "
-            "yet: running, or cut short by a kill)") in shown, shown
+    assert (f"Epochs: {len(rows)} ({np.count_nonzero(ahead)} of them from "
+            f"{len(set(rows['individual'][ahead].tolist()))} "
+            "evaluation(s) with no result yet: running, or cut short by a kill)") in shown, shown
     from atoll.views.plots.curves import intermediate_figure
 
     drawn = [c for c in intermediate_figure(open_run(run_dir)).axes[0].collections

@@ -86,9 +86,10 @@ def _counts(run: RunData) -> list[str]:
     spent = f"; budget: {done} of {budget} completed" if budget else ""
     paused = int(np.count_nonzero(status == int(Status.PAUSED)))
     spent += f"; {paused} paused, not counted in it" if paused else ""
-    ahead = int(np.count_nonzero(~np.isin(run.epochs["individual"], run.individuals["id"])))
-    ahead_text = (f" ({ahead} of evaluations with no result yet: running, or cut short by a "
-                  "kill)") if ahead else ""
+    unfinished = run.epochs["individual"][~np.isin(run.epochs["individual"],
+                                                   run.individuals["id"])]
+    ahead_text = (f" ({len(unfinished)} of them from {len(np.unique(unfinished))} evaluation(s) "
+                  "with no result yet: running, or cut short by a kill)") if len(unfinished) else ""
     return [f"Evaluations: {len(status)} ({counts}){spent}",
             f"Epochs: {len(run.epochs)}{ahead_text}; migrations: {moved}; "
             f"pollinations: {pollinated}"]
