@@ -199,15 +199,15 @@ class CommandObjective:
                     return self._stopped_value(watch.last_result(), last)
             if leader.checkpointed:  # from now on a killed job's next job continues it
                 ctx.save_checkpoint(_marker(watch), latest)
-            said = leader.result is not None and not (leader.bad_line or leader.timed_out)
-            if _failed(ticks) and said and (leader.exit_code is not None or leader.waited):
-                return self._kept_result(watch, ctx, ticks, latest)
-            if _failed(ticks) and leader.exit_code is None and not leader.waited \
-                    and not (leader.bad_line or leader.timed_out):
-                # A partner crashing on its way out may end before the leader says its result.
-                partner_deadline = min(partner_deadline, now + self.stop_grace)
-            else:
-                self._raise_on_failure(watch.child, ctx.rank, ticks)
+            failed = [r for r, t in enumerate(ticks) if t.exit_code not in (None, 0)]
+            if failed and not (leader.bad_line or leader.timed_out):
+                if leader.exit_code is not None or leader.waited:
+                    if leader.result is not None:
+                        return self._kept_result(watch, ctx, ticks, latest)
+                else:  # a partner crashing on its way out may end before the leader's result
+                    partner_deadline = min(partner_deadline, now + self.stop_grace)
+                    failed = []  # not yet a failure
+            self._raise_on_failure(watch.child, ctx.rank, ticks, failed)
             if all(t.exit_code == 0 for t in ticks):
                 if self.inherits:  # children may start from its files once it completed
                     _mark(ctx, watch, latest)
@@ -236,15 +236,16 @@ class CommandObjective:
         assert result is not None
         return result
 
-    def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick]) -> None:
-        """Every rank whose child failed says why; the others fail for the first such rank."""
+    def _raise_on_failure(self, child: Child, rank: int, ticks: list[_Tick],
+                          failed: list[int]) -> None:
+        """Every rank whose child failed (``failed``) says why; the others fail for the first
+        such rank."""
         leader = ticks[0]
         if leader.bad_line:
             raise CommandFailed(f"the command printed a bad line: {leader.bad_line}")
         if leader.timed_out:
             raise CommandFailed(f"the command ran past search.eval_timeout = "
                                 f"{self.eval_timeout:g} s and was killed{_quoted(child)}")
-        failed = [r for r, t in enumerate(ticks) if t.exit_code not in (None, 0)]
         if rank in failed:
             raise CommandFailed(f"the command {_ended(ticks[rank].exit_code)}{_quoted(child)}")
         if failed:  # every rank leaves, none ticks on alone
@@ -334,11 +335,6 @@ class _Watch:
         if self.is_leader and self.results is not None:
             for line in self.results.new_lines():
                 self.lines.add(line)
-
-
-def _failed(ticks: list[_Tick]) -> bool:
-    """Some rank's command exited non-zero or was killed."""
-    return any(t.exit_code not in (None, 0) for t in ticks)
 
 
 def _holds_files(directory: Path) -> bool:
