@@ -3,6 +3,7 @@ left by jobs that are gone. Real processes, real files."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -12,6 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -117,6 +119,45 @@ def test_a_claim_found_before_its_holder_wrote_its_name_names_the_holder(tmp_pat
         claim(run_dir, create=False)
     writer.join()
     assert time.monotonic() - started < STALE_AFTER
+
+
+def failing_for(name: str, real: Any, number: int) -> Any:
+    """``real`` (a path method), failing with errno ``number`` for a path called ``name``: a
+    file system's hiccup (NFS, FUSE) on the claim."""
+    def call(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == name:
+            raise OSError(number, os.strerror(number))
+        return real(self, *args, **kwargs)
+    return call
+
+
+def test_a_claim_that_cannot_be_judged_refuses_the_job_instead_of_running_unclaimed(
+        tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    path = write_claim(run_dir, os.getpid())
+    monkeypatch.setattr(Path, "stat", failing_for(CLAIM_FILE, Path.stat, errno.EIO))
+    with pytest.raises(RecordError, match=(f"{run_dir}: its claim {path} could not be made or "
+                                           "judged \\(Input/output error\\); try again")):
+        claim(run_dir, create=False)
+    monkeypatch.undo()
+    assert path.exists()  # the holder's claim is left alone
+
+
+@pytest.mark.parametrize(("number", "goes_on"), [(errno.EIO, False), (errno.EROFS, True),
+                                                 (errno.ENOSPC, True)])
+def test_a_claim_that_cannot_be_made_refuses_unless_the_directory_cannot_be_written(
+        tmp_path, monkeypatch, number, goes_on):
+    """Read-only or full: the job goes on unclaimed and its own first write says so; any other
+    error refuses it, since a second job may be holding the directory."""
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(Path, "write_text", failing_for(f"{CLAIM_FILE}.{socket.gethostname()}."
+                                                        f"{os.getpid()}", Path.write_text, number))
+    if goes_on:
+        assert claim(run_dir, create=True) is None
+    else:
+        with pytest.raises(RecordError, match="could not be made or judged"):
+            claim(run_dir, create=True)
+    assert not run_dir.exists()  # made for the claim, removed again
 
 
 def test_claims_of_jobs_that_are_gone_are_taken_over(tmp_path):

@@ -22,6 +22,7 @@ that it stops before two jobs write one run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -46,6 +47,9 @@ CLAIM_LOST = "another job took over the run directory"
 """The reason a job whose claim was taken over gives for stopping."""
 WRITING = 2.0
 """Seconds to wait for the holder's name in a claim found empty (created, not yet written)."""
+CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+"""Errors that mean this job cannot write the run directory at all: it goes on without a claim,
+and its own first write says what is wrong."""
 DYING = 3.0
 """Seconds to wait for a holder on this host that may be being killed, before refusing."""
 
@@ -129,30 +133,47 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
     path = run_dir / CLAIM_FILE
     text = _holder()
     try:
-        _create(path, text)
-    except FileExistsError:
-        seen = _written(path)
-        holder = _parsed(seen)
-        if not _wait_until_gone(path, holder):
-            if made:
-                with contextlib.suppress(OSError):
-                    run_dir.rmdir()
-            raise RecordError(
-                f"{run_dir}: a job holds this run directory ({_describe(holder)}); wait for "
-                f"it to end, or if it is gone delete {path} (a claim unrefreshed for "
-                f"{STALE_AFTER:g} s is taken over by itself)") from None
-        _take_over(path, seen, holder)
         try:
             _create(path, text)
-        except FileExistsError:  # another job took it over first
-            raise RecordError(f"{run_dir}: another job took over this run directory at the "
-                              "same moment; wait for it to end") from None
-    except OSError:  # read-only, full: the job's own checks report it
-        if made:
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()
-        return None
+        except FileExistsError:
+            _take_when_gone(path, text)
+    except RecordError:
+        _remove_made(run_dir, made)
+        raise
+    except OSError as exc:
+        _remove_made(run_dir, made)
+        if exc.errno in CANNOT_WRITE:  # read-only, full: the job's own checks report it
+            return None
+        # Never run unclaimed for a hiccup: a second job may hold the directory.
+        raise RecordError(f"{run_dir}: its claim {path} could not be made or judged "
+                          f"({os.strerror(exc.errno) if exc.errno else exc}); try again, "
+                          "or check this file system") from None
     return Claim(path, text, made)
+
+
+def _take_when_gone(path: Path, text: str) -> None:
+    """Take the claim another job made, once that job is certainly gone; else a one-line
+    RecordError naming it."""
+    seen = _written(path)
+    holder = _parsed(seen)
+    if not _wait_until_gone(path, holder):
+        raise RecordError(
+            f"{path.parent}: a job holds this run directory ({_describe(holder)}); wait for "
+            f"it to end, or if it is gone delete {path} (a claim unrefreshed for "
+            f"{STALE_AFTER:g} s is taken over by itself)")
+    _take_over(path, seen, holder)
+    try:
+        _create(path, text)
+    except FileExistsError:  # another job took it over first
+        raise RecordError(f"{path.parent}: another job took over this run directory at the "
+                          "same moment; wait for it to end") from None
+
+
+def _remove_made(run_dir: Path, made: bool) -> None:
+    """Remove the run directory this job made for its claim (only if still empty)."""
+    if made:
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
 
 
 def _holder() -> str:
