@@ -44,11 +44,17 @@ def together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
 
 
 def check_one_ran(done: list[subprocess.CompletedProcess[str]], run_dir: Path,
-                  expected_code: int = 0) -> None:
+                  expected_code: int = 0, hiccups: bool = False) -> None:
+    """One job ran, the other was refused in one line naming the holder (``hiccups``: or,
+    where the file system may answer a claim's operation with an error, saying so)."""
     codes = sorted(d.returncode for d in done)
     assert codes == sorted([expected_code, 2]), [d.stderr[-500:] for d in done]
     loser = next(d for d in done if d.returncode == 2)
     assert loser.stderr.count("\n") == 1 and "Traceback" not in loser.stderr
+    if hiccups and "could not be made or judged" in loser.stderr:
+        assert f"atoll: error: {run_dir}: its claim {run_dir / CLAIM_FILE} could not be made " \
+            "or judged (" in loser.stderr
+        return
     assert f"atoll: error: {run_dir}: a job holds this run directory (host " \
         f"{socket.gethostname()}, pid " in loser.stderr
     assert f"delete {run_dir / CLAIM_FILE}" in loser.stderr
@@ -69,7 +75,10 @@ def test_where_hard_links_are_refused_two_searches_at_once_still_run_once(no_har
     run_dir = no_hard_links / "run"
     search = atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
                        "search.generations=100", "--set", "objective.options.sleep=0.05")
-    check_one_ran(together(search, search), run_dir)
+    # Once (1 of 5 full runs, session 35, before claims failed closed) both jobs got past the
+    # claim on this mount and then failed writing run.h5; the cause was not found. An error
+    # making or judging a claim now refuses the job it meets, never runs it unclaimed.
+    check_one_ran(together(search, search), run_dir, hiccups=True)
     ind = open_run(run_dir).individuals
     assert len(ind) == 100 and len(np.unique(ind["id"])) == 100
     assert not (run_dir / CLAIM_FILE).exists()
