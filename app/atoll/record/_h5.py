@@ -151,10 +151,15 @@ def file_kind(path: Path) -> str:
     return "not a regular file"
 
 
+def os_reason(exc: OSError) -> str:
+    """The system's words for an error (its first line where it has no errno)."""
+    return os.strerror(exc.errno) if exc.errno else \
+        (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 def write_error(path: Path, exc: OSError) -> RecordError:
     """One line for a file or directory that cannot be written (read-only, full, no access)."""
-    reason = os.strerror(exc.errno) if exc.errno else \
-        (str(exc).splitlines() or [type(exc).__name__])[0]
+    reason = os_reason(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "free some space or choose another directory"
     elif exc.errno == errno.ENOLCK or "unable to lock file" in str(exc):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.errors import RecordError
+from atoll.record._h5 import os_reason
 from atoll.record.exclusive import make_exclusive
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def claim(run_dir: Path, *, create: bool) -> Claim | None:
             return None
         # Never run unclaimed for a hiccup: a second job may hold the directory.
         raise RecordError(f"{run_dir}: its claim {path} could not be made or judged "
-                          f"({os.strerror(exc.errno) if exc.errno else exc}); try again, "
+                          f"({os_reason(exc)}); try again, "
                           "or check this file system") from None
     return Claim(path, text, made)
 
