@@ -106,6 +106,32 @@ def test_a_failed_member_is_replaced_by_a_copy_of_a_top_one():
     assert child.parents == (0, 1) and child.inherit_from == 0
 
 
+def test_a_copy_from_another_island_is_no_member_and_shields_no_bad_one():
+    """A copy nobody here trains on neither fills the population nor ranks below a member."""
+    pbt = PBT(SPACE, 2, worker=1)
+    pbt.tell(result(0, 0.1, 0))
+    pbt.tell(result(7, 2.4, 5, version=1))  # another island's, worse than anything here
+    assert pbt.ask([], random.Random(0), 8).origin == Origin.RANDOM  # one member so far
+    pbt.tell(result(1, 2.3, 1))
+    assert set(pbt.members) == {0, 1}
+    child = pbt.ask([], random.Random(0), 9)  # worker 1's member 1 is the island's worst
+    assert child.parents == (0, 1) and child.inherit_from == 0
+
+
+def test_a_better_copy_among_the_island_best_keep_is_copied():
+    pbt = PBT(SPACE, 2, worker=1, keep=2)
+    own = [result(0, 0.5, 0), result(1, 0.9, 1)]
+    visitor = result(7, 0.1, 5, version=1)
+    for ind in (*own, visitor):
+        pbt.tell(ind)
+    child = pbt.ask([visitor, *own], random.Random(0), 9)
+    assert child.parents == (7, 1) and child.inherit_from == 7
+    unheld = PBT(SPACE, 2, worker=1, keep=0)  # not among the best keep: its weights may be gone
+    for ind in (*own, visitor):
+        unheld.tell(ind)
+    assert unheld.ask([visitor, *own], random.Random(0), 9).parents == (0, 1)
+
+
 def test_a_ga_child_inherits_from_its_better_parent_with_the_same_shapes():
     ranked = [result(4, 0.1, 0, params={**START, "layers": 2}), result(7, 0.2, 0)]
     child = Individual(id=9, params=dict(START), origin=Origin.GA, parents=(7, 4))
@@ -163,6 +189,14 @@ def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
         population.learn(ind)
         kept.learn(ind)
     assert sorted(store.paths.checkpoint_files()) == [0, 2]  # 1 was trained on by 2
+
+
+def test_retention_holds_no_copy_from_another_island_as_a_pbt_member(tmp_path):
+    store = CheckpointStore(RunPaths(tmp_path), "run-a")
+    kept = Retention(store, keep=1, ranked=Population().ranked, job=0, worker=0, pbt=True)
+    kept.learn(result(0, 0.1, 0))
+    kept.learn(result(7, 0.2, 3, version=1))
+    assert kept.members == {0}
 
 
 def test_interrupted_inheriting_evaluations_continue_with_their_lineage():
@@ -356,6 +390,49 @@ def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
     check_lineage(rows, epochs)
     across = [r for i, r in rows.items() if i not in before and r["inherit_from"] in before]
     assert across  # the next job's children started from checkpoints the first job kept
+
+
+PBT_ISLANDS_CONFIG = """seed = {seed}
+[objective]
+name = "objectives:lineage_demo"
+[space.x0]
+type = "float"
+low = -1.0
+high = 1.0
+[search]
+evaluations = 80
+islands = 2
+[evolution]
+strategy = "pbt"
+[migration]
+mode = "migration"
+probability = 1.0
+[inherit]
+keep = 1
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, seed):
+    """4 workers on 2 PBT islands, every result sent to the other island: each island fills
+    its population (4) with members of its own, and the checkpoints left are its members' and
+    a few more (each island's best ``keep``, each worker's next emigrant), not every copy that
+    ever arrived."""
+    config = tmp_path / "pbt.toml"
+    config.write_text(PBT_ISLANDS_CONFIG.format(seed=seed))
+    done = mpirun_atoll(4, "search", "-q", "--config", str(config), "--run-dir",
+                        str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows, _ = table(tmp_path / "run")
+    assert sum(r["origin"] == int(Origin.PBT) for r in rows.values()) >= 60
+    for island in (0, 1):
+        started = [r for r in rows.values()
+                   if r["island"] == island and r["origin"] == int(Origin.RANDOM)]
+        assert len(started) >= 4, (island, len(started))
+    lineages = members(rows)
+    files = set(RunPaths(tmp_path / "run").checkpoint_files())
+    assert lineages <= files and len(lineages) >= 8
+    assert len(files - lineages) <= 2 * (1 + 2), sorted(files - lineages)
 
 
 # -- atoll inspect names the lineage ----------------------------------------------------------

@@ -34,7 +34,7 @@ def migrations(rows: list[tuple[int, int, str, int, int]]) -> np.ndarray:
 def test_migrations_move_and_pollinations_copy_in_version_order():
     homes = moved_islands(migrations([(1, 2, "migration", 1, 2), (1, 1, "migration", 0, 1),
                                       (2, 1, "pollination", 0, 3)]))
-    assert homes == {1: {2}, 2: {0, 3}}
+    assert homes == {1: {2: 2}, 2: {0: 0, 3: 1}}  # island: the version of its copy there
 
 
 def test_restore_maps_old_islands_onto_the_new_layout_and_skips_failures():
@@ -49,3 +49,20 @@ def test_restore_maps_old_islands_onto_the_new_layout_and_skips_failures():
     assert all(i.owner in (2, 3) and i.island == 1 for i in one)
     assert one.get(0).params == {"x": 0.05, "c": "b"}
     assert completed_count(ind) == 4
+
+
+def test_a_restored_copy_keeps_its_version_so_the_next_job_migrates_it_in_order():
+    """Individual 0 went to old island 1 and back (versions 1, 2), individual 1 was copied to
+    island 1; the next job's move of 0 numbers on from 2, and a later replay ends where it is."""
+    ind = individuals([(0, 0, 0.5, Status.OK), (1, 0, 0.1, Status.OK)])
+    first = migrations([(0, 1, "migration", 0, 1), (0, 2, "migration", 1, 0),
+                        (1, 1, "pollination", 0, 1)])
+    layout = plan_layout(4, 1, 2)
+    zero = restore_population(ind, first, SPACE, layout, 0)
+    one = restore_population(ind, first, SPACE, layout, 1)
+    assert {i.id: i.version for i in zero} == {0: 2, 1: 0}
+    assert {i.id: i.version for i in one} == {1: 1}
+    moved_on = migrations([(0, zero.get(0).version + 1, "migration", 0, 1)])  # the next job's
+    later = np.concatenate([first, moved_on])  # read in (job, worker) order
+    assert moved_islands(later)[0] == {1: 3}
+    assert [i.id for i in restore_population(ind, later, SPACE, layout, 1).ranked] == [1, 0]

@@ -140,3 +140,10 @@ def replaced_member(ind: Individual) -> int:
     if ind.origin != Origin.PBT:
         return NO_PARENT
     return ind.parents[1] if ind.parents[1] != NO_PARENT else ind.parents[0]
+
+
+def is_copy(ind: Individual) -> bool:
+    """Whether ``ind`` came to its island by migration or pollination (its version counts the
+    migrations that brought it) rather than being evaluated there. A PBT island's members are
+    its own lineages: a copy is no member there, only a top individual to copy from."""
+    return ind.version > 0

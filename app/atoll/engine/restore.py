@@ -2,9 +2,12 @@
 
 The record is an append-only log: the evaluations (each on the island that bred it) and the
 migrations (moves or copies, in version order). Replaying the migrations says on which old
-islands each individual was last active; old island ``i`` becomes new island
+islands each individual was last active, and as which copy; old island ``i`` becomes new island
 ``i % new_islands``, and on the new island the individual is owned by a worker chosen from
-its id. Every leader runs the same replay, so all workers of an island agree without talking.
+its id. A copy keeps its version (how many migrations brought it there), so the next job's
+migrations number on and a later replay orders them after this job's, and a copy is known as
+one (:func:`atoll.individual.is_copy`). Every leader runs the same replay, so all workers of an
+island agree without talking.
 """
 
 from __future__ import annotations
@@ -34,24 +37,26 @@ def completed_count(individuals: np.ndarray) -> int:
     return int(np.isin(individuals["status"], FINISHED).sum())
 
 
-def moved_islands(migrations: np.ndarray) -> dict[int, set[int]]:
-    """Old islands each individual that ever migrated was last active on (replayed in order).
+def moved_islands(migrations: np.ndarray) -> dict[int, dict[int, int]]:
+    """For each individual that ever migrated: the old islands it was last active on (replayed
+    in order), each with the version of its copy there (0: the island that evaluated it).
 
     Individuals that never moved are active only on the island that evaluated them.
     """
-    homes: dict[int, set[int]] = {}
+    homes: dict[int, dict[int, int]] = {}
     if not len(migrations):
         return homes
     moved = _enum_value(migrations.dtype["mode"], "migration")
     order = np.argsort(migrations["version"], kind="stable")
     rows = zip(migrations["individual"][order].tolist(), migrations["mode"][order].tolist(),
+               migrations["version"][order].tolist(),
                migrations["from_island"][order].tolist(),
                migrations["to_island"][order].tolist(), strict=True)
-    for ind_id, mode, source, target in rows:
-        where = homes.setdefault(ind_id, {source})
+    for ind_id, mode, version, source, target in rows:
+        where = homes.setdefault(ind_id, {source: 0})
         if mode == moved:
-            where.discard(source)
-        where.add(target)
+            where.pop(source, None)
+        where[target] = max(version, where.get(target, 0))
     return homes
 
 
@@ -63,14 +68,17 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     homes = moved_islands(migrations)
     moved_ids = np.fromiter(homes, dtype=np.int64, count=len(homes))
     mask = (ok["island"] % layout.islands == island) & ~np.isin(ok["id"], moved_ids)
-    here = {i for i, where in homes.items() if island in {old % layout.islands for old in where}}
-    mask |= np.isin(ok["id"], np.fromiter(here, dtype=np.int64, count=len(here)))
+    versions = {i: max(v for old, v in where.items() if old % layout.islands == island)
+                for i, where in homes.items()
+                if any(old % layout.islands == island for old in where)}
+    mask |= np.isin(ok["id"], np.fromiter(versions, dtype=np.int64, count=len(versions)))
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)
     population = Population()
     for ind in recorded(rows, space):
-        ind.island, ind.owner, ind.version = island, workers[ind.id % len(workers)], 0
+        ind.island, ind.owner = island, workers[ind.id % len(workers)]
+        ind.version = versions.get(ind.id, 0)
         population.learn(ind)
     return population
 

@@ -123,7 +123,7 @@ def island_strategy(space: Space, island: int, island_workers: int,
     if strategy == "pbt":
         from atoll.evolution.pbt import PBT
 
-        return PBT(space, ga_population, worker, pbt, inherit.shape_params)
+        return PBT(space, ga_population, worker, pbt, inherit.shape_params, inherit.keep)
     chosen = _breeding(space, strategy, ga_population, settings, partial)
     return Inheriting(chosen, inherit.shape_params) if inherit.enabled else chosen
 

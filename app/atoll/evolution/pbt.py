@@ -14,8 +14,14 @@ evaluation before it. When a worker's member finished a segment, the worker asks
 
 Until the island has ``population_size`` members, new ones start at random. A child's parents
 are (source, replaced member) when it copied another member and (member, none) when it trained
-its member on (:func:`atoll.individual.replaced_member`); the members are the results no later
-result replaced, learned only from :meth:`PBT.tell`.
+its member on (:func:`atoll.individual.replaced_member`); the members are the island's own
+results no later result replaced, learned only from :meth:`PBT.tell`.
+
+Islands exchange weights through migration: a copy from another island
+(:func:`atoll.individual.is_copy`) is no member (nobody here trains it on, so as a member it
+would never leave, fill the population and shield a bad member from truncation), but while it
+is among the island's best ``keep`` (whose checkpoints the island holds) it is one of the
+individuals a replaced member may copy: the top ``fraction`` is taken from the members and those.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import random
 from collections.abc import Sequence
 
 from atoll.config import PbtConfig
-from atoll.individual import NO_PARENT, Individual, Origin, Status, replaced_member
+from atoll.individual import NO_PARENT, Individual, Origin, Status, is_copy, replaced_member
 from atoll.space import CategoricalParam, FloatParam, IntParam, Params, Space
 
 
@@ -61,17 +67,19 @@ class PBT:
     """One worker's PBT on an island: it trains on the members it made, oldest first."""
 
     def __init__(self, space: Space, population_size: int, worker: int,
-                 settings: PbtConfig | None = None, fixed: Sequence[str] = ()) -> None:
+                 settings: PbtConfig | None = None, fixed: Sequence[str] = (),
+                 keep: int = 0) -> None:
         self.space = space
         self.population_size = population_size
         self.worker = worker
         self.settings = settings or PbtConfig()
         self.fixed = tuple(fixed)
+        self.keep = keep
         self.members: dict[int, Individual] = {}
 
     def __repr__(self) -> str:
         return (f"PBT(population_size={self.population_size}, worker={self.worker}, "
-                f"{self.settings!r}, fixed={self.fixed!r})")
+                f"{self.settings!r}, fixed={self.fixed!r}, keep={self.keep})")
 
     def ask(self, ranked: Sequence[Individual], rng: random.Random, ident: int) -> Individual:
         if len(self.members) < self.population_size:
@@ -83,7 +91,9 @@ class PBT:
         if order.index(member) < len(order) - cut and member.usable:
             return Individual(id=ident, params=dict(member.params), origin=Origin.PBT,
                               parents=(member.id, NO_PARENT), inherit_from=member.id)
-        top = [m for m in order[:cut] if m.usable and m.id != member.id] or [member]
+        visitors = [ind for ind in ranked[:self.keep] if is_copy(ind) and ind.usable]
+        best = sorted([*order, *visitors], key=_rank)[:cut]
+        top = [m for m in best if m.usable and m.id != member.id] or [member]
         source = top[rng.randrange(len(top))]
         return Individual(id=ident, params=explore(source.params, self.space, rng,
                                                    self.settings, self.fixed),
@@ -91,7 +101,7 @@ class PBT:
                           inherit_from=source.id)
 
     def tell(self, result: Individual) -> None:
-        if result.status == Status.PAUSED:  # no member until it finishes
+        if result.status == Status.PAUSED or is_copy(result):  # no member (yet, or here)
             return
         self.members.pop(replaced_member(result), None)
         self.members[result.id] = result
