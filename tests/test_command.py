@@ -605,6 +605,65 @@ def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
             assert trace.split() == ["0", "1", "2", "3"]
 
 
+PROBE = f"""seed = 2
+[objective]
+command = ["{{python}}", "{COMMANDS}/world_probe.py", "--x", "{{x}}", "--out", "{{work_dir}}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+ranks_per_worker = 2
+islands = 1
+[distributed]
+timeout = 20
+"""
+
+
+def check_worlds(run_dir: Path, evaluations: int) -> list[dict[str, Any]]:
+    """Every rank's script saw the worker as a torchrun world of 2 and no MPI launcher, and
+    its own MPI_Init made a world of its own; what each saw."""
+    ind, paths = open_run(run_dir).individuals, RunPaths(run_dir)
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == evaluations, ind["error"]
+    views = []
+    for ident in ind["id"].tolist():
+        for rank in (0, 1):
+            seen = json.loads(paths.work_dir(int(ident)).joinpath(f"rank{rank}.json").read_text())
+            assert seen["torchrun"] == {
+                "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+                "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": "2", "ROLE_NAME": "default",
+                "TORCHELASTIC_RUN_ID": f"atoll-ind{ident}", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+            assert seen["torchelastic_launched"] is True  # how Lightning 2 picks torchrun's world
+            assert seen["launcher"] == [] and seen["mpi_world"] == [1, 0]
+            assert seen["gloo_world"] == [2, 2]
+            views.append(seen)
+    return views
+
+
+def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_job(tmp_path):
+    """A script whose library calls MPI_Init (mpi4py here; Lightning's MPI detection, DeepSpeed's
+    MPI discovery) joined the job as a second copy of its rank and crashed the rank (SIGSEGV in
+    its next collective); without the launcher's variables it gets a world of its own, and
+    torchrun's variables say which world is the worker's."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(4, "search", "-q", "--config", str(write(tmp_path, PROBE)),
+                        "--run-dir", str(run_dir), "--set", "search.evaluations=4", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    views = check_worlds(run_dir, 4)
+    assert "OMPI_MCA_btl_tcp_if_include" in views[0]["ompi_mca"]  # (conftest.py): they stay
+
+
+def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
+    run_dir = tmp_path / "run"
+    done = slurm_run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2",
+                      str(BIN / "atoll"), "search", "--config", str(write(tmp_path, PROBE)),
+                      "--run-dir", str(run_dir), "--set", "search.evaluations=2", "-q"],
+                     job_env(slurm), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all(seen["slurm_job"] for seen in check_worlds(run_dir, 2))
+
+
 def test_asha_pauses_a_script_with_its_own_checkpoint_and_a_promotion_resumes_it(tmp_path):
     """pruning.rule = asha on a script that keeps its own checkpoint: an evaluation outside the
     best half at a rung is paused (not stopped), its directory kept; one that its island then

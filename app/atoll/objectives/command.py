@@ -1,12 +1,12 @@
 """A command objective: any training script, run once per individual on each rank of a worker.
 
 Each rank starts the command (``[objective] command``, placeholders filled) as a child process
-with the variables of torch.distributed's ``env://`` rendezvous, as torchrun sets them, for a
-world that is the worker's ranks: an unchanged torchrun-style script runs as one DDP job per
-individual. The worker's ranks follow their children together: every tick they share, in one
-small allgather, what the leader's child printed (:mod:`atoll.report_line` lines, or the same
-lines in its results file) and which children ended, so that they call ``ctx.report`` at the
-same epochs and end alike.
+with torchrun's variables for a world that is the worker's ranks, and without the MPI
+launcher's (:mod:`atoll.objectives.launch_env`): an unchanged torchrun-style script runs as one
+DDP job per individual. The worker's ranks follow their children together: every tick they
+share, in one small allgather, what the leader's child printed (:mod:`atoll.report_line` lines,
+or the same lines in its results file) and which children ended, so that they call
+``ctx.report`` at the same epochs and end alike.
 
 The script keeps its own checkpoint (its format: Atoll never reads it) in a directory per
 individual that it is told of; once it holds files, the worker saves a small Atoll checkpoint
@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -36,12 +35,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from atoll.errors import ObjectiveError, described
 from atoll.objectives.child import Child, ChildError
+from atoll.objectives.launch_env import command_environment
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record.paths import RunPaths
 from atoll.report_line import RESULTS_FILE
 
 if TYPE_CHECKING:
-    from mpi4py import MPI
 
     from atoll.config import Config
     from atoll.evaluation.context import Context
@@ -105,7 +104,7 @@ class CommandObjective:
                                 f'["{{python}}", "script.py", ...]')
 
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
-        env = {**os.environ, **rendezvous(ctx.comm)}
+        env = command_environment(os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}")
         own = self.paths.command_checkpoint_dir(ctx.individual_id)
         resume = own if _leaders_word(ctx, ctx.is_leader and _holds_files(own)) else None
         offered = self._offer_inherited(ctx) if resume is None and self.inherits else None
@@ -270,25 +269,6 @@ class CommandObjective:
             if value is not None:
                 return value
         return math.nan
-
-
-def rendezvous(comm: MPI.Comm) -> dict[str, str]:
-    """torchrun's ``env://`` variables for this rank in a world of the worker's ranks
-    (collective on the worker's communicator: one allgather). The leader's OS picks the port."""
-    rank, host = comm.Get_rank(), socket.gethostname()
-    seen: list[tuple[str, int]] = comm.allgather((host, _free_port() if rank == 0 else 0))
-    leader_host, port = seen[0]
-    on_my_host = [r for r, (h, _) in enumerate(seen) if h == host]
-    one_host = all(h == leader_host for h, _ in seen)
-    return {"RANK": str(rank), "WORLD_SIZE": str(len(seen)),
-            "LOCAL_RANK": str(on_my_host.index(rank)), "LOCAL_WORLD_SIZE": str(len(on_my_host)),
-            "MASTER_ADDR": "127.0.0.1" if one_host else leader_host, "MASTER_PORT": str(port)}
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
 
 
 class _Watch:

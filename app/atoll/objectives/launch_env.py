@@ -1,0 +1,71 @@
+"""The environment a command objective's rank starts its command with: the worker as a world.
+
+A command is a torchrun-style script, one DDP job per individual in a world of the worker's
+ranks. So it gets all of torchrun's variables for that world (not only the ``env://`` ones:
+``TORCHELASTIC_RUN_ID`` is how torch, and Lightning before it looks at SLURM, tell that
+torchrun started a process; ``GROUP_RANK`` is the node's index), and it loses the variables by
+which an MPI launcher (mpirun, srun's PMIx or PMI) tells a process its place in the MPI job:
+with them, a script whose library calls ``MPI_Init`` (mpi4py; Lightning's search for an MPI
+world) would join the job as a second copy of the rank and corrupt the rank's own MPI state.
+Without them its ``MPI_Init`` starts a world of its own. The scheduler's
+variables (``SLURM_*``) stay: the job's id, its CPUs per task.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "PRTE_", "HYDRA_", "PALS_", "MPI_LOCALRANKID",
+                     "MPI_LOCALNRANKS", "MV2_COMM_WORLD_", "MPIRUN_")
+"""Names by which Open MPI's PRRTE, Slurm's PMIx and PMI-2, MPICH's Hydra, Cray's PALS and
+MVAPICH tell a process its rank in the job."""
+OMPI_KEPT = ("OMPI_MCA_", "OMPI_ALLOW_RUN_AS_ROOT")
+"""Open MPI's own settings, which a command's own MPI may use too; its other ``OMPI_*``
+variables describe the job (``OMPI_COMM_WORLD_RANK``, ``OMPI_UNIVERSE_SIZE``, ...)."""
+
+
+def is_launcher_variable(name: str) -> bool:
+    if name.startswith("OMPI_"):
+        return not name.startswith(OMPI_KEPT)
+    return name.startswith(LAUNCHER_PREFIXES)
+
+
+def command_environment(inherited: Mapping[str, str], comm: MPI.Comm,
+                        run_id: str) -> dict[str, str]:
+    """The rank's environment without the MPI launcher's variables, with torchrun's for the
+    worker's world (collective on the worker's communicator: one allgather)."""
+    env = {name: value for name, value in inherited.items() if not is_launcher_variable(name)}
+    env.update(torchrun_variables(comm, run_id))
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
+    return env
+
+
+def torchrun_variables(comm: MPI.Comm, run_id: str) -> dict[str, str]:
+    """torchrun's variables for this rank in a world of the worker's ranks, one agent per
+    host (collective on the worker's communicator: one allgather). The leader's OS picks the
+    port."""
+    rank, host = comm.Get_rank(), socket.gethostname()
+    seen: list[tuple[str, int]] = comm.allgather((host, _free_port() if rank == 0 else 0))
+    leader_host, port = seen[0]
+    hosts = list(dict.fromkeys(h for h, _ in seen))  # in the order of their first rank
+    on_my_host = [r for r, (h, _) in enumerate(seen) if h == host]
+    world = str(len(seen))
+    return {"RANK": str(rank), "WORLD_SIZE": world,
+            "LOCAL_RANK": str(on_my_host.index(rank)), "LOCAL_WORLD_SIZE": str(len(on_my_host)),
+            "GROUP_RANK": str(hosts.index(host)), "GROUP_WORLD_SIZE": str(len(hosts)),
+            "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": world, "ROLE_NAME": "default",
+            "MASTER_ADDR": "127.0.0.1" if len(hosts) == 1 else leader_host,
+            "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])

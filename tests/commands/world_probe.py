@@ -1,0 +1,37 @@
+"""A torchrun-style script whose libraries look around as Lightning's and DeepSpeed's do: it
+writes what it sees of its launch (torchrun's variables, any MPI launcher's, the MPI world its
+own ``MPI_Init`` joins) to OUT/rankN.json, then joins the worker's gloo world; rank 0 reports."""
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI  # initializes MPI, as mpi4py-based cluster detection does
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--x", type=float, required=True)
+parser.add_argument("--out", type=Path, required=True)
+args = parser.parse_args()
+
+TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_USE_AGENT_STORE")
+seen = {
+    "torchrun": {name: os.environ.get(name) for name in TORCHRUN},
+    "torchelastic_launched": dist.is_torchelastic_launched(),
+    "launcher": sorted(n for n in os.environ if n.startswith(("PMIX_", "PMI_", "OMPI_COMM_WORLD"))),
+    "ompi_mca": sorted(n for n in os.environ if n.startswith("OMPI_MCA_")),
+    "slurm_job": os.environ.get("SLURM_JOB_ID"),
+    "mpi_world": [MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()],
+}
+dist.init_process_group("gloo")
+total = torch.tensor([1.0])
+dist.all_reduce(total)
+seen["gloo_world"] = [dist.get_world_size(), int(total.item())]
+(args.out / f"rank{dist.get_rank()}.json").write_text(json.dumps(seen))
+if dist.get_rank() == 0:
+    print(f"ATOLL result={args.x}", flush=True)
+dist.destroy_process_group()
