@@ -636,6 +636,7 @@ def check_worlds(run_dir: Path, evaluations: int) -> list[dict[str, Any]]:
                 "TORCHELASTIC_RUN_ID": f"atoll-ind{ident}", "TORCHELASTIC_USE_AGENT_STORE": "False"}
             assert seen["torchelastic_launched"] is True  # how Lightning 2 picks torchrun's world
             assert seen["launcher"] == [] and seen["mpi_world"] == [1, 0]
+            assert seen["port_taken_by_others"] is False  # the leader holds it for the script
             assert seen["gloo_world"] == [2, 2]
             views.append(seen)
     return views

@@ -1,10 +1,12 @@
-"""A torchrun-style script whose libraries look around as Lightning's and DeepSpeed's do: it
-writes what it sees of its launch (torchrun's variables, any MPI launcher's, the MPI world its
-own ``MPI_Init`` joins) to OUT/rankN.json, then joins the worker's gloo world; rank 0 reports."""
+"""A torchrun-style script whose libraries look around as Lightning's does: it writes what it
+sees of its launch (torchrun's variables, any MPI launcher's, the MPI world its own ``MPI_Init``
+joins, whether another program could take its store's port) to OUT/rankN.json, then joins the
+worker's gloo world; rank 0 reports."""
 
 import argparse
 import json
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -27,6 +29,13 @@ seen = {
     "slurm_job": os.environ.get("SLURM_JOB_ID"),
     "mpi_world": [MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()],
 }
+probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:  # another program taking the store's port before rank 0's store listens on it
+    probe.bind(("", int(os.environ["MASTER_PORT"])))
+    seen["port_taken_by_others"] = True
+except OSError:
+    seen["port_taken_by_others"] = False
+probe.close()
 dist.init_process_group("gloo")
 total = torch.tensor([1.0])
 dist.all_reduce(total)

@@ -104,12 +104,12 @@ class CommandObjective:
                                 f'["{{python}}", "script.py", ...]')
 
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
-        env = command_environment(os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}")
         own = self.paths.command_checkpoint_dir(ctx.individual_id)
         resume = own if _leaders_word(ctx, ctx.is_leader and _holds_files(own)) else None
         offered = self._offer_inherited(ctx) if resume is None and self.inherits else None
         try:
-            with _own_deadline():
+            with _own_deadline(), command_environment(
+                    os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}") as env:
                 return self._run(params, env, ctx, resume or offered)
         finally:
             if offered is not None and ctx.is_leader:

@@ -14,7 +14,8 @@ variables (``SLURM_*``) stay: the job's id, its CPUs per task.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,22 +36,25 @@ def is_launcher_variable(name: str) -> bool:
     return name.startswith(LAUNCHER_PREFIXES)
 
 
+@contextmanager
 def command_environment(inherited: Mapping[str, str], comm: MPI.Comm,
-                        run_id: str) -> dict[str, str]:
+                        run_id: str) -> Iterator[dict[str, str]]:
     """The rank's environment without the MPI launcher's variables, with torchrun's for the
-    worker's world (collective on the worker's communicator: one allgather)."""
-    env = {name: value for name, value in inherited.items() if not is_launcher_variable(name)}
-    env.update(torchrun_variables(comm, run_id))
-    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
-    return env
+    worker's world, while the leader holds ``MASTER_PORT`` (collective on the worker's
+    communicator: one allgather)."""
+    with _held_port() if comm.Get_rank() == 0 else nullcontext(0) as port:
+        env = {name: value for name, value in inherited.items()
+               if not is_launcher_variable(name)}
+        env.update(torchrun_variables(comm, port, run_id))
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
+        yield env
 
 
-def torchrun_variables(comm: MPI.Comm, run_id: str) -> dict[str, str]:
+def torchrun_variables(comm: MPI.Comm, port: int, run_id: str) -> dict[str, str]:
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
-    host (collective on the worker's communicator: one allgather). The leader's OS picks the
-    port."""
+    host, with the leader's ``port`` (collective on the worker's communicator)."""
     rank, host = comm.Get_rank(), socket.gethostname()
-    seen: list[tuple[str, int]] = comm.allgather((host, _free_port() if rank == 0 else 0))
+    seen: list[tuple[str, int]] = comm.allgather((host, port))
     leader_host, port = seen[0]
     hosts = list(dict.fromkeys(h for h, _ in seen))  # in the order of their first rank
     on_my_host = [r for r, (h, _) in enumerate(seen) if h == host]
@@ -65,7 +69,13 @@ def torchrun_variables(comm: MPI.Comm, run_id: str) -> dict[str, str]:
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
+@contextmanager
+def _held_port() -> Iterator[int]:
+    """A port the OS picked, held for the command's store: bound with ``SO_REUSEADDR`` and
+    never listening, it is taken by no other process's bind (an OS-picked port or this one),
+    while the script's store (which binds with ``SO_REUSEADDR`` too: libuv's and torch's own
+    both do) may bind it and listen."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as hold:
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.bind(("", 0))
+        yield int(hold.getsockname()[1])
