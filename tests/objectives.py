@@ -158,6 +158,16 @@ def lineage_demo(params: Mapping[str, Any], ctx: Any) -> float:
     return value
 
 
+LINEAGE_DEMO = """[objective]
+name = "objectives:lineage_demo"
+[space.x0]
+type = "float"
+low = -1.0
+high = 1.0
+"""
+"""Its objective and space, the head of a real search's config."""
+
+
 def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """``options.epochs`` epochs of val_loss = x + drift * id + 1 / (epoch + 1) (a positive
     ``options.drift`` makes later individuals worse, so paused ones soon qualify for

@@ -21,6 +21,7 @@ from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin
 from atoll.record import RunPaths, open_run, read_history
 from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
 from conftest import mpirun_atoll, mpirun_cmd, run
+from objectives import LINEAGE_DEMO
 
 
 def result(ident: int, loss: float, owner: int = 0) -> Individual:
@@ -165,14 +166,7 @@ def test_a_resume_releases_the_holds_of_earlier_jobs_that_nobody_took_over(tmp_p
 
 # -- a real search: two islands, pollination, inheriting children ----------------------------
 
-CONFIG = """seed = {seed}
-[objective]
-name = "objectives:lineage_demo"
-[space.x0]
-type = "float"
-low = -1.0
-high = 1.0
-[search]
+CONFIG = "seed = {seed}\n" + LINEAGE_DEMO + """[search]
 evaluations = 40
 islands = 2
 [evolution]

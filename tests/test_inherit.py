@@ -26,6 +26,7 @@ from atoll.record.checkpoints import CheckpointStore, Retention
 from atoll.record.schema import individual_dtype
 from atoll.space import Space
 from conftest import atoll_cmd, mpirun_atoll, run
+from objectives import LINEAGE_DEMO
 
 SPACE = Space.from_dict({
     "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
@@ -392,14 +393,7 @@ def test_pbt_lineage_is_restored_and_inherited_across_a_resume(pbt_run):
     assert across  # the next job's children started from checkpoints the first job kept
 
 
-PBT_ISLANDS_CONFIG = """seed = {seed}
-[objective]
-name = "objectives:lineage_demo"
-[space.x0]
-type = "float"
-low = -1.0
-high = 1.0
-[search]
+PBT_ISLANDS_CONFIG = "seed = {seed}\n" + LINEAGE_DEMO + """[search]
 evaluations = 80
 islands = 2
 [evolution]
@@ -437,14 +431,7 @@ def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, s
 
 # -- atoll inspect names the lineage ----------------------------------------------------------
 
-LINEAGE_CONFIG = """seed = 5
-[objective]
-name = "objectives:lineage_demo"
-[space.x0]
-type = "float"
-low = -1.0
-high = 1.0
-[search]
+LINEAGE_CONFIG = "seed = 5\n" + LINEAGE_DEMO + """[search]
 evaluations = 16
 islands = 1
 [evolution]
