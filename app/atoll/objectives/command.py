@@ -41,7 +41,6 @@ from atoll.record.paths import RunPaths
 from atoll.report_line import RESULTS_FILE
 
 if TYPE_CHECKING:
-
     from atoll.config import Config
     from atoll.evaluation.context import Context
 
