@@ -143,7 +143,8 @@ def epochs_figure(run: RunData, top: int) -> Figure | str:
         ax.grid(True, alpha=0.3)
     axes[-1].legend(title="individual", fontsize="small", loc="center left",
                     bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"Per-epoch validation curves of the best {len(chosen)} (circle: best epoch; "
+    # Two lines: one metric's panel is narrower than the whole title.
+    fig.suptitle(f"Per-epoch validation curves of the best {len(chosen)}\n(circle: best epoch; "
                  "grey: evaluations that did not complete)")
     return fig
 
