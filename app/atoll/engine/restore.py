@@ -68,9 +68,11 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     homes = moved_islands(migrations)
     moved_ids = np.fromiter(homes, dtype=np.int64, count=len(homes))
     mask = (ok["island"] % layout.islands == island) & ~np.isin(ok["id"], moved_ids)
-    versions = {i: max(v for old, v in where.items() if old % layout.islands == island)
-                for i, where in homes.items()
-                if any(old % layout.islands == island for old in where)}
+    versions = {}  # the moved ones active here: the version of their copy here
+    for ident, where in homes.items():
+        here = [version for old, version in where.items() if old % layout.islands == island]
+        if here:
+            versions[ident] = max(here)
     mask |= np.isin(ok["id"], np.fromiter(versions, dtype=np.int64, count=len(versions)))
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
