@@ -19,6 +19,7 @@ from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
 from atoll.objectives.child import _started
+from atoll.objectives.launch_env import own_gpu, worker_gpus
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.objectives.supervisor import END
 from atoll.record import RunPaths, open_run, read_history
@@ -622,11 +623,11 @@ timeout = 20
 
 def check_worlds(run_dir: Path, evaluations: int) -> list[dict[str, Any]]:
     """Every rank's script saw the worker as a torchrun world of 2 and no MPI launcher, and
-    its own MPI_Init made a world of its own; what each saw."""
+    its own MPI_Init made a world of its own; what each saw (with the individual's worker)."""
     ind, paths = open_run(run_dir).individuals, RunPaths(run_dir)
     assert (ind["status"] == int(Status.OK)).all() and len(ind) == evaluations, ind["error"]
     views = []
-    for ident in ind["id"].tolist():
+    for ident, worker in zip(ind["id"].tolist(), ind["worker"].tolist(), strict=True):
         for rank in (0, 1):
             seen = json.loads(paths.work_dir(int(ident)).joinpath(f"rank{rank}.json").read_text())
             assert seen["torchrun"] == {
@@ -638,31 +639,61 @@ def check_worlds(run_dir: Path, evaluations: int) -> list[dict[str, Any]]:
             assert seen["launcher"] == [] and seen["mpi_world"] == [1, 0]
             assert seen["port_taken_by_others"] is False  # the leader holds it for the script
             assert seen["gloo_world"] == [2, 2]
-            views.append(seen)
+            views.append({**seen, "worker": worker})
     return views
 
 
-def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_job(tmp_path):
+def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_job(
+        tmp_path, monkeypatch):
     """A script whose library calls MPI_Init (mpi4py here; Lightning's MPI detection, DeepSpeed's
     MPI discovery) joined the job as a second copy of its rank and crashed the rank (SIGSEGV in
     its next collective); without the launcher's variables it gets a world of its own, and
-    torchrun's variables say which world is the worker's."""
+    torchrun's variables say which world is the worker's. With the job's 4 GPUs visible to
+    every rank, each worker's scripts see their worker's 2, so ``cuda:LOCAL_RANK`` is not
+    the other worker's GPU (it was: both workers trained on the first two)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c,GPU-d")
     run_dir = tmp_path / "run"
     done = mpirun_atoll(4, "search", "-q", "--config", str(write(tmp_path, PROBE)),
                         "--run-dir", str(run_dir), "--set", "search.evaluations=4", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     views = check_worlds(run_dir, 4)
     assert "OMPI_MCA_btl_tcp_if_include" in views[0]["ompi_mca"]  # (conftest.py): they stay
+    assert {(v["worker"], v["cuda_visible"]) for v in views} == {(0, "GPU-a,GPU-b"),
+                                                                 (1, "GPU-c,GPU-d")}
+
+
+@pytest.mark.parametrize(("visible", "node_rank", "count", "gpu"), [
+    (None, 2, None, None),           # no CUDA_VISIBLE_DEVICES, no NVIDIA driver: no GPU
+    (None, 5, 4, "1"),               # every GPU of the node, more ranks than GPUs: as torch does
+    ("3", 1, 8, "3"),                # one GPU per task (--gpus-per-task=1): that one
+    ("0,1,2,3", 2, None, "2"),       # the job's list on every rank: the node rank's
+    ("GPU-x, MIG-y", 1, None, "MIG-y"),  # names as they are
+    ("", 0, 4, None), ("NoDevFiles", 0, None, None)])  # none granted
+def test_a_rank_picks_its_gpu_as_a_python_objective_would(visible, node_rank, count, gpu):
+    assert own_gpu(visible, node_rank, count) == gpu
+
+
+def test_a_worker_lists_its_ranks_gpus_only_when_each_has_its_own():
+    assert worker_gpus(["2", "3"]) == "2,3"
+    assert worker_gpus(["2", None]) is None
+    assert worker_gpus(["1", "1"]) is None  # shared: left as each rank has it
 
 
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
+    """Also: with one GPU per task, Slurm shows each rank its own GPU alone, where
+    ``cuda:LOCAL_RANK`` of the worker's second rank named no device; its script sees the
+    worker's two, its own at ``LOCAL_RANK``."""
     run_dir = tmp_path / "run"
     done = slurm_run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2",
-                      str(BIN / "atoll"), "search", "--config", str(write(tmp_path, PROBE)),
-                      "--run-dir", str(run_dir), "--set", "search.evaluations=2", "-q"],
+                      "--gpus-per-task=1", str(BIN / "atoll"), "search", "--config",
+                      str(write(tmp_path, PROBE)), "--run-dir", str(run_dir),
+                      "--set", "search.evaluations=2", "-q"],
                      job_env(slurm), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert all(seen["slurm_job"] for seen in check_worlds(run_dir, 2))
+    views = check_worlds(run_dir, 2)
+    assert all(seen["slurm_job"] for seen in views)
+    granted = {seen["cuda_visible"] for seen in views}
+    assert len(granted) == 1 and len(granted.pop().split(",")) == 2, views
 
 
 def test_asha_pauses_a_script_with_its_own_checkpoint_and_a_promotion_resumes_it(tmp_path):

@@ -1,7 +1,7 @@
 """A torchrun-style script whose libraries look around as Lightning's does: it writes what it
-sees of its launch (torchrun's variables, any MPI launcher's, the MPI world its own ``MPI_Init``
-joins, whether another program could take its store's port) to OUT/rankN.json, then joins the
-worker's gloo world; rank 0 reports."""
+sees of its launch (torchrun's variables, any MPI launcher's, its GPUs, the MPI world its own
+``MPI_Init`` joins, whether another program could take its store's port) to OUT/rankN.json,
+then joins the worker's gloo world; rank 0 reports."""
 
 import argparse
 import json
@@ -27,6 +27,7 @@ seen = {
     "launcher": sorted(n for n in os.environ if n.startswith(("PMIX_", "PMI_", "OMPI_COMM_WORLD"))),
     "ompi_mca": sorted(n for n in os.environ if n.startswith("OMPI_MCA_")),
     "slurm_job": os.environ.get("SLURM_JOB_ID"),
+    "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
     "mpi_world": [MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()],
 }
 probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

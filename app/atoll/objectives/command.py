@@ -108,7 +108,8 @@ class CommandObjective:
         offered = self._offer_inherited(ctx) if resume is None and self.inherits else None
         try:
             with _own_deadline(), command_environment(
-                    os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}") as env:
+                    os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}",
+                    ctx.local_rank) as env:
                 return self._run(params, env, ctx, resume or offered)
         finally:
             if offered is not None and ctx.is_leader:

@@ -9,10 +9,17 @@ with them, a script whose library calls ``MPI_Init`` (mpi4py; Lightning's search
 world) would join the job as a second copy of the rank and corrupt the rank's own MPI state.
 Without them its ``MPI_Init`` starts a world of its own. The scheduler's
 variables (``SLURM_*``) stay: the job's id, its CPUs per task.
+
+GPUs as torchrun gives them: every rank of the worker on a node sees the same list, the worker's
+GPUs on that node in ``LOCAL_RANK`` order, so a script's ``cuda:LOCAL_RANK`` is the GPU this rank
+would use for a Python objective (``evaluation.process_group.choose_device``). Inherited as it
+is, a rank's ``CUDA_VISIBLE_DEVICES`` would send ``cuda:LOCAL_RANK`` to a GPU another worker uses
+(the job's list on every rank) or to none at all (one GPU per task).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -36,30 +43,41 @@ def is_launcher_variable(name: str) -> bool:
     return name.startswith(LAUNCHER_PREFIXES)
 
 
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+"""One entry per NVIDIA GPU of the node, whatever CUDA_VISIBLE_DEVICES says (no CUDA needed)."""
+
+
 @contextmanager
-def command_environment(inherited: Mapping[str, str], comm: MPI.Comm,
-                        run_id: str) -> Iterator[dict[str, str]]:
+def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: str,
+                        node_rank: int) -> Iterator[dict[str, str]]:
     """The rank's environment without the MPI launcher's variables, with torchrun's for the
     worker's world, while the leader holds ``MASTER_PORT`` (collective on the worker's
-    communicator: one allgather)."""
+    communicator: one allgather). ``node_rank`` is this rank's index among the job's ranks on
+    its node, by which it picks its GPU."""
     with _held_port() if comm.Get_rank() == 0 else nullcontext(0) as port:
         env = {name: value for name, value in inherited.items()
                if not is_launcher_variable(name)}
-        env.update(torchrun_variables(comm, port, run_id))
+        gpu = own_gpu(inherited.get("CUDA_VISIBLE_DEVICES"), node_rank, nvidia_gpu_count())
+        env.update(torchrun_variables(comm, port, run_id, gpu))
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
         yield env
 
 
-def torchrun_variables(comm: MPI.Comm, port: int, run_id: str) -> dict[str, str]:
+def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
+                       gpu: str | None = None) -> dict[str, str]:
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
-    host, with the leader's ``port`` (collective on the worker's communicator)."""
+    host, with the leader's ``port``, and ``CUDA_VISIBLE_DEVICES`` listing the ``gpu`` of each
+    of the worker's ranks on this host when each has one (collective on the worker's
+    communicator)."""
     rank, host = comm.Get_rank(), socket.gethostname()
-    seen: list[tuple[str, int]] = comm.allgather((host, port))
-    leader_host, port = seen[0]
-    hosts = list(dict.fromkeys(h for h, _ in seen))  # in the order of their first rank
-    on_my_host = [r for r, (h, _) in enumerate(seen) if h == host]
+    seen: list[tuple[str, int, str | None]] = comm.allgather((host, port, gpu))
+    leader_host, port, _ = seen[0]
+    hosts = list(dict.fromkeys(h for h, _, _ in seen))  # in the order of their first rank
+    on_my_host = [r for r, (h, _, _) in enumerate(seen) if h == host]
     world = str(len(seen))
-    return {"RANK": str(rank), "WORLD_SIZE": world,
+    gpus = worker_gpus([seen[r][2] for r in on_my_host])
+    return {**({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}),
+            "RANK": str(rank), "WORLD_SIZE": world,
             "LOCAL_RANK": str(on_my_host.index(rank)), "LOCAL_WORLD_SIZE": str(len(on_my_host)),
             "GROUP_RANK": str(hosts.index(host)), "GROUP_WORLD_SIZE": str(len(hosts)),
             "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": world, "ROLE_NAME": "default",
@@ -67,6 +85,35 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str) -> dict[str, str]
             "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id,
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
+
+
+def own_gpu(visible: str | None, node_rank: int, count: int | None) -> str | None:
+    """This rank's GPU as ``CUDA_VISIBLE_DEVICES`` names it, picked as for a Python objective:
+    the ``node_rank``-th of the GPUs the rank sees, modulo their number (``visible``: the rank's
+    ``CUDA_VISIBLE_DEVICES``; when unset, all ``count`` GPUs of the node); None without any."""
+    if visible is None:
+        return str(node_rank % count) if count else None
+    listed = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    if not listed or listed == ["NoDevFiles"]:  # Slurm's word for "no GPU granted"
+        return None
+    return listed[node_rank % len(listed)]
+
+
+def worker_gpus(gpus: list[str | None]) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` of the worker's ranks on one host (their GPUs in local-rank
+    order), or None to leave each rank's own: when one of them has no GPU, or two share one
+    (the doctor fails such a layout; CUDA would stop reading the list at the repeat)."""
+    if any(gpu is None for gpu in gpus) or len(set(gpus)) < len(gpus):
+        return None
+    return ",".join(str(gpu) for gpu in gpus)
+
+
+def nvidia_gpu_count() -> int | None:
+    """The node's NVIDIA GPUs as its driver lists them, or None without the driver."""
+    try:
+        return len(os.listdir(NVIDIA_GPUS))
+    except OSError:
+        return None
 
 
 @contextmanager
