@@ -26,3 +26,17 @@ def test_one_group_per_worker_and_its_store_listens_on_loopback_only(tmp_path):
         assert len(np.unique(mine["store_port"])) == 1
     # The two workers rendezvous on different ports the OS picked.
     assert len(np.unique(epochs["store_port"])) == 2
+
+
+def test_a_gpu_becomes_the_current_device_and_a_cpu_run_touches_no_cuda(monkeypatch):
+    """No GPU here: what the NCCL path asks of torch is recorded, not run (README says so)."""
+    import torch
+
+    from atoll.evaluation.process_group import bind_device
+
+    asked: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "set_device", asked.append)
+    bind_device(torch.device("cpu"))
+    assert asked == []
+    bind_device(torch.device("cuda", 3))
+    assert asked == [torch.device("cuda", 3)]

@@ -112,6 +112,18 @@ class ProcessGroupOwner:
         self.current = None
 
 
+def bind_device(device: torch.device) -> None:
+    """Make a GPU the rank's current CUDA device, as torchrun scripts do with ``LOCAL_RANK``:
+    NCCL's ``barrier`` and object collectives (``all_gather_object``, ...) and a bare
+    ``"cuda"`` or ``.cuda()`` in an objective use the current device, which is otherwise the
+    node's first GPU for every rank (a CUDA context of each rank there, and object collectives
+    sent from a GPU the rank's communicator does not use)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)
+
+
 def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
                   ) -> WorkerGroup:
     import torch.distributed as dist
@@ -119,6 +131,7 @@ def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
     chosen = choose_backend(backend)
     device = choose_device(chosen, local_rank)
     _check_devices(comm, device)
+    bind_device(device)
     store = _rendezvous(comm, timeout)
     dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
                             rank=comm.Get_rank(), world_size=comm.Get_size(),
