@@ -19,7 +19,7 @@ from atoll.config import config_to_dict, parse_config
 from atoll.errors import ConfigError
 from atoll.individual import Status
 from atoll.objectives.child import _started
-from atoll.objectives.launch_env import own_gpu, worker_gpus
+from atoll.objectives.launch_env import gpu_share, worker_gpus
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.objectives.supervisor import END
 from atoll.record import RunPaths, open_run, read_history
@@ -662,21 +662,46 @@ def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_jo
                                                                  (1, "GPU-c,GPU-d")}
 
 
-@pytest.mark.parametrize(("visible", "node_rank", "count", "gpu"), [
-    (None, 2, None, None),           # no CUDA_VISIBLE_DEVICES, no NVIDIA driver: no GPU
-    (None, 5, 4, "1"),               # every GPU of the node, more ranks than GPUs: as torch does
-    ("3", 1, 8, "3"),                # one GPU per task (--gpus-per-task=1): that one
-    ("0,1,2,3", 2, None, "2"),       # the job's list on every rank: the node rank's
-    ("GPU-x, MIG-y", 1, None, "MIG-y"),  # names as they are
-    ("", 0, 4, None), ("NoDevFiles", 0, None, None)])  # none granted
-def test_a_rank_picks_its_gpu_as_a_python_objective_would(visible, node_rank, count, gpu):
-    assert own_gpu(visible, node_rank, count) == gpu
+@pytest.mark.parametrize(("visible", "node_rank", "node_ranks", "count", "share"), [
+    (None, 2, 4, None, ()),                # no CUDA_VISIBLE_DEVICES, no NVIDIA driver: none
+    (None, 5, 8, 4, ("1",)),               # more ranks than GPUs: shared, as torch picks
+    (None, 0, 1, 4, ("0", "1", "2", "3")),  # the node's only rank: all (torchrun inside)
+    ("3", 1, 2, 8, ("3",)),                # one GPU per task (--gpus-per-task=1): that one
+    ("0,1,2,3", 2, 4, None, ("2",)),       # the job's list on every rank: the node rank's
+    ("0,1,2,3", 1, 2, None, ("1", "3")),   # 2 ranks, 4 GPUs: every second from its own
+    ("GPU-x, MIG-y", 1, 2, None, ("MIG-y",)),  # names as they are
+    ("", 0, 1, 4, ()), ("NoDevFiles", 0, 1, None, ())])  # none granted
+def test_a_rank_takes_its_share_of_the_gpus_first_the_one_a_python_objective_uses(
+        visible, node_rank, node_ranks, count, share):
+    assert gpu_share(visible, node_rank, node_ranks, count) == share
 
 
-def test_a_worker_lists_its_ranks_gpus_only_when_each_has_its_own():
-    assert worker_gpus(["2", "3"]) == "2,3"
-    assert worker_gpus(["2", None]) is None
-    assert worker_gpus(["1", "1"]) is None  # shared: left as each rank has it
+def test_a_worker_lists_its_ranks_gpus_first_ones_first_when_each_has_its_own():
+    assert worker_gpus([("2",), ("3",)]) == "2,3"
+    assert worker_gpus([("0", "2"), ("1", "3")]) == "0,1,2,3"  # cuda:LOCAL_RANK: each first
+    assert worker_gpus([("0", "1", "2", "3")]) == "0,1,2,3"
+    assert worker_gpus([("2",), ()]) is None
+    assert worker_gpus([("1",), ("1",)]) is None  # shared: left as each rank has it
+
+
+def test_the_nodes_only_rank_gives_its_command_every_gpu_for_a_torchrun_inside(tmp_path):
+    """One rank on a node (a worker of one rank): its command may be ``torchrun
+    --nproc-per-node 4 ...``, whose processes need all the GPUs the rank was granted."""
+    config = """[objective]
+command = ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES > {work_dir}/gpus; echo ATOLL result={x}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+evaluations = 1
+"""
+    env = {**mpi_env(), "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    done = run(atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                         str(tmp_path / "run"), "-q"), env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ident = int(open_run(tmp_path / "run").individuals["id"][0])
+    assert RunPaths(tmp_path / "run").work_dir(ident).joinpath("gpus").read_text() == "0,1,2,3\n"
 
 
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):

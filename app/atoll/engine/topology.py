@@ -77,6 +77,7 @@ class Topology:
     worker: int
     island: int
     local_rank: int = 0  # index among the job's ranks on this node (for devices)
+    node_ranks: int = 1  # the job's ranks on this node
 
     @property
     def is_leader(self) -> bool:
@@ -98,8 +99,9 @@ def build_topology(world: MPI.Comm, layout: Layout) -> Topology:
     is_leader = worker_comm.Get_rank() == 0
     leaders = world.Split(color=0 if is_leader else MPI.UNDEFINED, key=rank)
     node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    local_rank = node.Get_rank()
+    local_rank, node_ranks = node.Get_rank(), node.Get_size()
     node.Free()
     return Topology(layout=layout, world=world, worker_comm=worker_comm,
                     leaders=leaders if is_leader else None, worker=worker,
-                    island=layout.island_of_worker(worker), local_rank=local_rank)
+                    island=layout.island_of_worker(worker), local_rank=local_rank,
+                    node_ranks=node_ranks)

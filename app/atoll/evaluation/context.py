@@ -47,6 +47,7 @@ class WorkerServices:
     data_dir: Path | None = None
     options: Mapping[str, Any] | None = None
     local_rank: int = 0
+    node_ranks: int = 1
     record_epoch: EpochSink | None = None
     offer_weights: WeightSink | None = None
     should_stop: Callable[[], bool] | None = None
@@ -136,6 +137,11 @@ class Context:
     def local_rank(self) -> int:
         """This rank's index among the job's ranks on its node."""
         return self._services.local_rank
+
+    @property
+    def node_ranks(self) -> int:
+        """The job's ranks on this rank's node (``local_rank`` counts among them)."""
+        return self._services.node_ranks
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:

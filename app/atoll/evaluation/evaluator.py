@@ -52,6 +52,7 @@ class WorkerEvaluator:
 
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
+                node_ranks: int = 1,
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None,
@@ -59,7 +60,7 @@ class WorkerEvaluator:
                 before_checkpoint: Callable[[], None] | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
-            comm=comm, seed=config.seed, local_rank=local_rank,
+            comm=comm, seed=config.seed, local_rank=local_rank, node_ranks=node_ranks,
             group=ProcessGroupOwner(comm, config.distributed.backend,
                                     config.distributed.timeout, local_rank),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,

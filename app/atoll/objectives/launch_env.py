@@ -11,10 +11,13 @@ Without them its ``MPI_Init`` starts a world of its own. The scheduler's
 variables (``SLURM_*``) stay: the job's id, its CPUs per task.
 
 GPUs as torchrun gives them: every rank of the worker on a node sees the same list, the worker's
-GPUs on that node in ``LOCAL_RANK`` order, so a script's ``cuda:LOCAL_RANK`` is the GPU this rank
-would use for a Python objective (``evaluation.process_group.choose_device``). Inherited as it
-is, a rank's ``CUDA_VISIBLE_DEVICES`` would send ``cuda:LOCAL_RANK`` to a GPU another worker uses
-(the job's list on every rank) or to none at all (one GPU per task).
+GPUs on that node with each rank's first at its ``LOCAL_RANK``, so a script's ``cuda:LOCAL_RANK``
+is the GPU this rank would use for a Python objective (``evaluation.process_group.choose_device``).
+A rank's share of its node's GPUs is one when the job has a rank per GPU there, and more when it
+has fewer ranks than GPUs (all of them for the node's only rank: a command that is itself
+``torchrun --nproc-per-node 4 ...`` gets the node's 4). Inherited as it is, a rank's
+``CUDA_VISIBLE_DEVICES`` would send ``cuda:LOCAL_RANK`` to a GPU another worker uses (the job's
+list on every rank) or to none at all (one GPU per task).
 """
 
 from __future__ import annotations
@@ -49,28 +52,29 @@ NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 
 @contextmanager
 def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: str,
-                        node_rank: int) -> Iterator[dict[str, str]]:
+                        node_rank: int, node_ranks: int) -> Iterator[dict[str, str]]:
     """The rank's environment without the MPI launcher's variables, with torchrun's for the
     worker's world, while the leader holds ``MASTER_PORT`` (collective on the worker's
-    communicator: one allgather). ``node_rank`` is this rank's index among the job's ranks on
-    its node, by which it picks its GPU."""
+    communicator: one allgather). ``node_rank`` is this rank's index among the job's
+    ``node_ranks`` ranks on its node, by which it takes its share of the node's GPUs."""
     with _held_port() if comm.Get_rank() == 0 else nullcontext(0) as port:
         env = {name: value for name, value in inherited.items()
                if not is_launcher_variable(name)}
-        gpu = own_gpu(inherited.get("CUDA_VISIBLE_DEVICES"), node_rank, nvidia_gpu_count())
-        env.update(torchrun_variables(comm, port, run_id, gpu))
+        share = gpu_share(inherited.get("CUDA_VISIBLE_DEVICES"), node_rank, node_ranks,
+                          nvidia_gpu_count())
+        env.update(torchrun_variables(comm, port, run_id, share))
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
         yield env
 
 
 def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
-                       gpu: str | None = None) -> dict[str, str]:
+                       share: tuple[str, ...] = ()) -> dict[str, str]:
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
-    host, with the leader's ``port``, and ``CUDA_VISIBLE_DEVICES`` listing the ``gpu`` of each
-    of the worker's ranks on this host when each has one (collective on the worker's
+    host, with the leader's ``port``, and ``CUDA_VISIBLE_DEVICES`` made of the GPU ``share``
+    of each of the worker's ranks on this host when each has one (collective on the worker's
     communicator)."""
     rank, host = comm.Get_rank(), socket.gethostname()
-    seen: list[tuple[str, int, str | None]] = comm.allgather((host, port, gpu))
+    seen: list[tuple[str, int, tuple[str, ...]]] = comm.allgather((host, port, share))
     leader_host, port, _ = seen[0]
     hosts = list(dict.fromkeys(h for h, _, _ in seen))  # in the order of their first rank
     on_my_host = [r for r, (h, _, _) in enumerate(seen) if h == host]
@@ -87,25 +91,34 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
 
 
-def own_gpu(visible: str | None, node_rank: int, count: int | None) -> str | None:
-    """This rank's GPU as ``CUDA_VISIBLE_DEVICES`` names it, picked as for a Python objective:
-    the ``node_rank``-th of the GPUs the rank sees, modulo their number (``visible``: the rank's
-    ``CUDA_VISIBLE_DEVICES``; when unset, all ``count`` GPUs of the node); None without any."""
+def gpu_share(visible: str | None, node_rank: int, node_ranks: int,
+              count: int | None) -> tuple[str, ...]:
+    """This rank's GPUs as ``CUDA_VISIBLE_DEVICES`` names them, of those it sees
+    (``visible``: its ``CUDA_VISIBLE_DEVICES``; when unset, the node's ``count``): every
+    ``node_ranks``-th from its ``node_rank``-th, so its first is the one a Python objective
+    uses, and one (shared) when the node has as many ranks as GPUs or more; none without."""
     if visible is None:
-        return str(node_rank % count) if count else None
-    listed = [entry.strip() for entry in visible.split(",") if entry.strip()]
-    if not listed or listed == ["NoDevFiles"]:  # Slurm's word for "no GPU granted"
-        return None
-    return listed[node_rank % len(listed)]
+        listed = [str(index) for index in range(count or 0)]
+    else:
+        listed = [entry.strip() for entry in visible.split(",") if entry.strip()]
+        if listed == ["NoDevFiles"]:  # Slurm's word for "no GPU granted"
+            listed = []
+    if not listed:
+        return ()
+    if node_ranks >= len(listed):
+        return (listed[node_rank % len(listed)],)
+    return tuple(listed[node_rank::node_ranks])
 
 
-def worker_gpus(gpus: list[str | None]) -> str | None:
-    """The ``CUDA_VISIBLE_DEVICES`` of the worker's ranks on one host (their GPUs in local-rank
-    order), or None to leave each rank's own: when one of them has no GPU, or two share one
+def worker_gpus(shares: list[tuple[str, ...]]) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` of the worker's ranks on one host, in local-rank order:
+    each rank's first GPU, then each one's second, ..., so that ``cuda:LOCAL_RANK`` is the
+    rank's first. None leaves each rank its own: when one of them has no GPU, or two share one
     (the doctor fails such a layout; CUDA would stop reading the list at the repeat)."""
-    if any(gpu is None for gpu in gpus) or len(set(gpus)) < len(gpus):
+    if not shares or not all(shares):
         return None
-    return ",".join(str(gpu) for gpu in gpus)
+    gpus = [share[k] for k in range(max(map(len, shares))) for share in shares if k < len(share)]
+    return ",".join(gpus) if len(set(gpus)) == len(gpus) else None
 
 
 def nvidia_gpu_count() -> int | None:
