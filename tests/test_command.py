@@ -704,6 +704,29 @@ evaluations = 1
     assert RunPaths(tmp_path / "run").work_dir(ident).joinpath("gpus").read_text() == "0,1,2,3\n"
 
 
+def test_a_command_may_be_torchrun_itself_on_a_worker_of_one_rank(tmp_path):
+    """A user's launch line as it is: torchrun starts the script's 2 processes, whose rank 0's
+    ATOLL lines come through torchrun's output."""
+    config = f"""seed = 3
+[objective]
+command = ["{{python}}", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "{ROOT}/examples/train_script.py", "--lr", "{{lr}}", "--epochs", "3"]
+env = {{ OMP_NUM_THREADS = "1" }}
+[space.lr]
+type = "float"
+low = 0.01
+high = 0.1
+[search]
+evaluations = 2
+"""
+    done = run(atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                         str(tmp_path / "run"), "-q"), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = open_run(tmp_path / "run")
+    assert (found.individuals["status"] == int(Status.OK)).all(), found.individuals["error"]
+    assert sorted(found.epochs["epoch"].tolist()) == [0, 0, 1, 1, 2, 2]
+
+
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
     """Also: with one GPU per task, Slurm shows each rank its own GPU alone, where
     ``cuda:LOCAL_RANK`` of the worker's second rank named no device; its script sees the
