@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from atoll.config import config_to_dict, parse_config
+from atoll.engine.topology import NodePlace
 from atoll.errors import ConfigError
 from atoll.individual import Status
 from atoll.objectives.child import _started
@@ -662,18 +663,19 @@ def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_jo
                                                                  (1, "GPU-c,GPU-d")}
 
 
-@pytest.mark.parametrize(("visible", "node_rank", "node_ranks", "count", "share"), [
-    (None, 2, 4, None, ()),                # no CUDA_VISIBLE_DEVICES, no NVIDIA driver: none
-    (None, 5, 8, 4, ("1",)),               # more ranks than GPUs: shared, as torch picks
-    (None, 0, 1, 4, ("0", "1", "2", "3")),  # the node's only rank: all (torchrun inside)
-    ("3", 1, 2, 8, ("3",)),                # one GPU per task (--gpus-per-task=1): that one
-    ("0,1,2,3", 2, 4, None, ("2",)),       # the job's list on every rank: the node rank's
-    ("0,1,2,3", 1, 2, None, ("1", "3")),   # 2 ranks, 4 GPUs: every second from its own
-    ("GPU-x, MIG-y", 1, 2, None, ("MIG-y",)),  # names as they are
-    ("", 0, 1, 4, ()), ("NoDevFiles", 0, 1, None, ())])  # none granted
+@pytest.mark.parametrize(("visible", "node", "count", "share"), [
+    (None, NodePlace(2, 4), None, ()),       # no CUDA_VISIBLE_DEVICES, no NVIDIA driver: none
+    (None, NodePlace(5, 8), 4, ("1",)),      # more ranks than GPUs: shared, as torch picks
+    (None, NodePlace(0, 1), 4, ("0", "1", "2", "3")),  # the node's only rank: all of them
+    ("0,1,2,3", NodePlace(2, 4), None, ("2",)),        # the job's list on every rank: one
+    ("0,1,2,3", NodePlace(1, 2), None, ("1", "3")),    # 2 ranks, 4 GPUs: every second
+    ("3", NodePlace(1, 2, same_gpus=False), 8, ("3",)),  # its own (--gpus-per-task=1)
+    ("2,3", NodePlace(1, 2, same_gpus=False), 8, ("2", "3")),  # its own 2: both
+    ("GPU-x, MIG-y", NodePlace(1, 2), None, ("MIG-y",)),  # names as they are
+    ("", NodePlace(), 4, ()), ("NoDevFiles", NodePlace(), None, ())])  # none granted
 def test_a_rank_takes_its_share_of_the_gpus_first_the_one_a_python_objective_uses(
-        visible, node_rank, node_ranks, count, share):
-    assert gpu_share(visible, node_rank, node_ranks, count) == share
+        visible, node, count, share):
+    assert gpu_share(visible, node, count) == share
 
 
 def test_a_worker_lists_its_ranks_gpus_first_ones_first_when_each_has_its_own():
@@ -728,12 +730,12 @@ evaluations = 2
 
 
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
-    """Also: with one GPU per task, Slurm shows each rank its own GPU alone, where
-    ``cuda:LOCAL_RANK`` of the worker's second rank named no device; its script sees the
-    worker's two, its own at ``LOCAL_RANK``."""
+    """Also: with GPUs per task, Slurm shows each rank its own alone, where ``cuda:LOCAL_RANK``
+    of the worker's second rank named its own second GPU (with one per task: no device); its
+    script sees the worker's four, each rank's first at its ``LOCAL_RANK``."""
     run_dir = tmp_path / "run"
     done = slurm_run(["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2",
-                      "--gpus-per-task=1", str(BIN / "atoll"), "search", "--config",
+                      "--gpus-per-task=2", str(BIN / "atoll"), "search", "--config",
                       str(write(tmp_path, PROBE)), "--run-dir", str(run_dir),
                       "--set", "search.evaluations=2", "-q"],
                      job_env(slurm), tmp_path)
@@ -741,7 +743,7 @@ def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tm
     views = check_worlds(run_dir, 2)
     assert all(seen["slurm_job"] for seen in views)
     granted = {seen["cuda_visible"] for seen in views}
-    assert len(granted) == 1 and len(granted.pop().split(",")) == 2, views
+    assert len(granted) == 1 and len(set(granted.pop().split(","))) == 4, views
 
 
 def test_asha_pauses_a_script_with_its_own_checkpoint_and_a_promotion_resumes_it(tmp_path):

@@ -20,6 +20,7 @@ import torch
 from examples.ddp_user_objective import train_mlp
 from mpi4py import MPI
 
+from atoll.engine.topology import NodePlace
 from atoll.errors import ObjectiveError
 from atoll.evaluation.context import Context, WorkerServices
 from atoll.evaluation.process_group import ProcessGroupOwner
@@ -50,7 +51,7 @@ def make_ctx(run_dir: Path, run_id: str, ind_id: int, epochs: int,
         if curve is not None:
             curve.append({"epoch": epoch, **metrics})
 
-    services = WorkerServices(comm=COMM, group=group, seed=3, local_rank=COMM.Get_rank(),
+    services = WorkerServices(comm=COMM, group=group, seed=3, node=NodePlace(COMM.Get_rank()),
                               options={"epochs": epochs, "batch_size": 32, "patience": 9},
                               record_epoch=sink,
                               checkpoints=CheckpointStore(RunPaths(run_dir), run_id))

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from atoll.engine.topology import NodePlace
 from atoll.errors import ObjectiveError
 from atoll.evaluation.context import Context, WorkerServices
 from atoll.evaluation.process_group import ProcessGroupOwner
@@ -69,7 +70,7 @@ def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options:
 
     services = WorkerServices(comm=comm, group=GROUP, seed=SEED,
                               data_dir=Path(data_dir) if data_dir else None, options=options,
-                              local_rank=LOCAL_RANK, record_epoch=sink)
+                              node=NodePlace(LOCAL_RANK), record_epoch=sink)
     return Probe(services, ind_id)
 
 

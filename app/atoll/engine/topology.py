@@ -6,6 +6,7 @@ without MPI; ``build_topology`` then splits a real communicator along that plan.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,19 @@ def plan_layout(world_size: int, ranks_per_worker: int, islands: int) -> Layout:
 
 
 @dataclass(frozen=True)
+class NodePlace:
+    """Where a rank sits among the job's ranks on its node: how it picks its devices."""
+
+    rank: int = 0
+    """Its index among the job's ranks on the node."""
+    ranks: int = 1
+    """The job's ranks on the node."""
+    same_gpus: bool = True
+    """Whether all of them were given the same ``CUDA_VISIBLE_DEVICES`` (the node's or the
+    job's GPUs, to share out), rather than each its own (``--gpus-per-task``)."""
+
+
+@dataclass(frozen=True)
 class Topology:
     """This rank's place in the layout, with the communicators it needs.
 
@@ -76,8 +90,12 @@ class Topology:
     leaders: MPI.Comm | None
     worker: int
     island: int
-    local_rank: int = 0  # index among the job's ranks on this node (for devices)
-    node_ranks: int = 1  # the job's ranks on this node
+    node: NodePlace = NodePlace()
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index among the job's ranks on its node."""
+        return self.node.rank
 
     @property
     def is_leader(self) -> bool:
@@ -99,9 +117,9 @@ def build_topology(world: MPI.Comm, layout: Layout) -> Topology:
     is_leader = worker_comm.Get_rank() == 0
     leaders = world.Split(color=0 if is_leader else MPI.UNDEFINED, key=rank)
     node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    local_rank, node_ranks = node.Get_rank(), node.Get_size()
+    given = node.allgather(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    place = NodePlace(node.Get_rank(), node.Get_size(), len(set(given)) == 1)
     node.Free()
     return Topology(layout=layout, world=world, worker_comm=worker_comm,
                     leaders=leaders if is_leader else None, worker=worker,
-                    island=layout.island_of_worker(worker), local_rank=local_rank,
-                    node_ranks=node_ranks)
+                    island=layout.island_of_worker(worker), node=place)

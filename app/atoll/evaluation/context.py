@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from atoll.engine.topology import NodePlace
 from atoll.evaluation.checkpointing import CheckpointCalls, Inherited, lineage_of
 from atoll.evaluation.meeting import Meeting
 from atoll.evaluation.metric_check import MetricCheck
@@ -46,8 +47,8 @@ class WorkerServices:
     seed: int = 0
     data_dir: Path | None = None
     options: Mapping[str, Any] | None = None
-    local_rank: int = 0
-    node_ranks: int = 1
+    node: NodePlace = NodePlace()
+    """Where this rank sits among the job's ranks on its node (its devices)."""
     record_epoch: EpochSink | None = None
     offer_weights: WeightSink | None = None
     should_stop: Callable[[], bool] | None = None
@@ -136,12 +137,12 @@ class Context:
     @property
     def local_rank(self) -> int:
         """This rank's index among the job's ranks on its node."""
-        return self._services.local_rank
+        return self._services.node.rank
 
     @property
-    def node_ranks(self) -> int:
-        """The job's ranks on this rank's node (``local_rank`` counts among them)."""
-        return self._services.node_ranks
+    def node(self) -> NodePlace:
+        """Where this rank sits among the job's ranks on its node (``local_rank`` is its index)."""
+        return self._services.node
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from atoll.config import Config
+    from atoll.engine.topology import NodePlace
     from atoll.record.checkpoints import CheckpointStore
     from atoll.scheduling.base import Verdict
 
@@ -51,8 +52,7 @@ class WorkerEvaluator:
         self._said_no_checkpoint = False
 
     @classmethod
-    def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, local_rank: int,
-                node_ranks: int = 1,
+    def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, node: NodePlace,
                 record_epoch: EpochSink | None = None, offer_weights: WeightSink | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None,
@@ -60,9 +60,9 @@ class WorkerEvaluator:
                 before_checkpoint: Callable[[], None] | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
-            comm=comm, seed=config.seed, local_rank=local_rank, node_ranks=node_ranks,
+            comm=comm, seed=config.seed, node=node,
             group=ProcessGroupOwner(comm, config.distributed.backend,
-                                    config.distributed.timeout, local_rank),
+                                    config.distributed.timeout, node.rank),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,

@@ -262,7 +262,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
     evaluator = WorkerEvaluator.for_job(
-        config, objective, topo.worker_comm, local_rank=topo.local_rank, node_ranks=topo.node_ranks,
+        config, objective, topo.worker_comm, node=topo.node,
         record_epoch=log_file.add_epoch if log_file is not None else None,
         offer_weights=keeper.offer if keeper is not None else None,
         # the same answer on every rank of the worker (one small allreduce per epoch)

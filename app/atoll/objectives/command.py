@@ -109,7 +109,7 @@ class CommandObjective:
         try:
             with _own_deadline(), command_environment(
                     os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}",
-                    ctx.local_rank, ctx.node_ranks) as env:
+                    ctx.node) as env:
                 return self._run(params, env, ctx, resume or offered)
         finally:
             if offered is not None and ctx.is_leader:

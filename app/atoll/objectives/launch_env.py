@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mpi4py import MPI
 
+    from atoll.engine.topology import NodePlace
+
 LAUNCHER_PREFIXES = ("PMIX_", "PMI_", "PRTE_", "HYDRA_", "PALS_", "MPI_LOCALRANKID",
                      "MPI_LOCALNRANKS", "MV2_COMM_WORLD_", "MPIRUN_")
 """Names by which Open MPI's PRRTE, Slurm's PMIx and PMI-2, MPICH's Hydra, Cray's PALS and
@@ -52,16 +54,15 @@ NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 
 @contextmanager
 def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: str,
-                        node_rank: int, node_ranks: int) -> Iterator[dict[str, str]]:
+                        node: NodePlace) -> Iterator[dict[str, str]]:
     """The rank's environment without the MPI launcher's variables, with torchrun's for the
     worker's world, while the leader holds ``MASTER_PORT`` (collective on the worker's
-    communicator: one allgather). ``node_rank`` is this rank's index among the job's
-    ``node_ranks`` ranks on its node, by which it takes its share of the node's GPUs."""
+    communicator: one allgather). ``node``: where the rank sits among the job's ranks on its
+    node, by which it takes its share of the GPUs."""
     with _held_port() if comm.Get_rank() == 0 else nullcontext(0) as port:
         env = {name: value for name, value in inherited.items()
                if not is_launcher_variable(name)}
-        share = gpu_share(inherited.get("CUDA_VISIBLE_DEVICES"), node_rank, node_ranks,
-                          nvidia_gpu_count())
+        share = gpu_share(inherited.get("CUDA_VISIBLE_DEVICES"), node, nvidia_gpu_count())
         env.update(torchrun_variables(comm, port, run_id, share))
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
         yield env
@@ -91,23 +92,24 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
 
 
-def gpu_share(visible: str | None, node_rank: int, node_ranks: int,
-              count: int | None) -> tuple[str, ...]:
+def gpu_share(visible: str | None, node: NodePlace, count: int | None) -> tuple[str, ...]:
     """This rank's GPUs as ``CUDA_VISIBLE_DEVICES`` names them, of those it sees
-    (``visible``: its ``CUDA_VISIBLE_DEVICES``; when unset, the node's ``count``): every
-    ``node_ranks``-th from its ``node_rank``-th, so its first is the one a Python objective
-    uses, and one (shared) when the node has as many ranks as GPUs or more; none without."""
+    (``visible``: its ``CUDA_VISIBLE_DEVICES``; when unset, the node's ``count``): all of them
+    when the launcher gave each rank its own (``node.same_gpus`` false); else, of the list all
+    ``node.ranks`` ranks share, every ``node.ranks``-th from the rank's own, so its first is
+    the one a Python objective uses, and one (shared) when the node has as many ranks as GPUs
+    or more. None without any."""
     if visible is None:
         listed = [str(index) for index in range(count or 0)]
     else:
         listed = [entry.strip() for entry in visible.split(",") if entry.strip()]
         if listed == ["NoDevFiles"]:  # Slurm's word for "no GPU granted"
             listed = []
-    if not listed:
-        return ()
-    if node_ranks >= len(listed):
-        return (listed[node_rank % len(listed)],)
-    return tuple(listed[node_rank::node_ranks])
+    if not listed or not node.same_gpus:
+        return tuple(listed)
+    if node.ranks >= len(listed):
+        return (listed[node.rank % len(listed)],)
+    return tuple(listed[node.rank::node.ranks])
 
 
 def worker_gpus(shares: list[tuple[str, ...]]) -> str | None:
