@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -11,6 +12,7 @@ from atoll.job.doctor_checks import (
     OK,
     WARN,
     Row,
+    command_gpu_rows,
     gpu_rows,
     lock_rows,
     paused_checkpoint_rows,
@@ -90,6 +92,20 @@ def test_help_example_four_ranks_two_per_worker(tmp_path):
     assert "gloo: 2 worker group(s) built in" in flat(done.stdout)
     assert "300 evaluations (150 per worker x 2 workers)" in flat(done.stdout)
     assert [p.name for p in tmp_path.iterdir()] == ["examples"]  # no run dir, no probe file
+
+
+def test_a_command_search_shows_each_workers_gpus_and_grants_shared_out_are_no_warning():
+    """The job's 4 GPUs on every rank (--gres=gpu:4, 4 tasks): each worker's commands see its
+    2, and nothing says the ranks would share one."""
+    done = run(mpirun_cmd(4, "-m", "atoll", "doctor", "--config",
+                          str(ROOT / "examples" / "command.toml")),
+               env=mpi_env(CUDA_VISIBLE_DEVICES="GPU-a,GPU-b,GPU-c,GPU-d"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert rows_of(done.stdout)["command GPUs"] == [OK], done.stdout
+    host = socket.gethostname()
+    assert (f"worker 0 on {host}: GPU-a,GPU-b; worker 1 on {host}: GPU-c,GPU-d"
+            in flat(done.stdout)), done.stdout
+    assert "would share" not in flat(done.stdout)
 
 
 def test_four_ranks_every_failure_is_reported_and_every_rank_exits_2(tmp_path):
@@ -226,6 +242,25 @@ def test_two_ranks_granted_one_gpu_torch_cannot_see_say_they_would_share_it():
                                      "(CUDA_VISIBLE_DEVICES='0')")
     assert "would share a GPU" in rows[0].detail
     assert rows[1].detail.startswith("CUDA_VISIBLE_DEVICES is set on 3 rank(s)")
+
+
+def test_ranks_granted_a_gpu_each_of_one_list_torch_cannot_see_would_not_share():
+    """--gres=gpu:4 with 4 tasks: every rank sees CUDA_VISIBLE_DEVICES=0,1,2,3 and with CUDA
+    would take the one of its node-local rank."""
+    rows = gpu_rows([{**view(r, "n1", None, visible="0,1,2,3"), "count": 0} for r in range(4)])
+    assert [r.status for r in rows] == [WARN] and "would share" not in rows[0].detail
+    assert rows[0].detail.startswith("CUDA_VISIBLE_DEVICES is set on 4 rank(s)")
+
+
+def test_command_gpus_list_each_workers_gpus_or_say_why_not():
+    rows = command_gpu_rows([(0, "n1", ("0",)), (0, "n1", ("1",)), (1, "n1", ("2",)),
+                             (1, "n2", ("0", "2")), (1, "n2", ("1", "3"))])
+    assert [r.status for r in rows] == [OK]
+    assert rows[0].detail.endswith("worker 0 on n1: 0,1; worker 1 on n1: 2; worker 1 on n2: "
+                                   "0,1,2,3")
+    rows = command_gpu_rows([(0, "n1", ("0",)), (0, "n1", ("0",)), (1, "n1", ("1",))])
+    assert [r.status for r in rows] == [WARN, OK] and rows[0].detail.startswith("workers 0:")
+    assert command_gpu_rows([(0, "n1", ()), (1, "n1", ())])[0].detail.endswith("run on CPUs")
 
 
 def test_a_filesystem_without_locks_says_what_to_set():

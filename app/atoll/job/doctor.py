@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from atoll.job.doctor_checks import (
     SKIP,
     Report,
     Row,
+    command_gpu_rows,
     cpu_rows,
     gpu_rows,
     group_rows,
@@ -46,6 +48,7 @@ from atoll.job.doctor_checks import (
 )
 from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, run_budget
 from atoll.job.preflight import preflight
+from atoll.objectives.launch_env import gpu_share, nvidia_gpu_count
 from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
 from atoll.record.checkpoints import checkpoint_bytes
@@ -194,6 +197,8 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
     if rank == 0 and any(r.check == "budget" for r in searched):  # the run's, not a new one's
         rows = [r for r in rows if r.check != "budget"]
     rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
+    if config.objective.command and layout is not None:
+        rows += _command_gpus(comm, layout)
     rows += _process_groups(comm, config, layout, local_rank, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
@@ -300,6 +305,15 @@ def _rows_or_errors(gathered: list[Any] | None, check: Callable[[list[dict[str, 
     gathered = gathered or []
     errors = [g for g in gathered if isinstance(g, Row)]
     return errors[:4] + check([g for g in gathered if not isinstance(g, Row)])
+
+
+def _command_gpus(comm: MPI.Comm, layout: Layout) -> list[Row]:
+    """The GPUs each worker's command will see, shared out as a search shares them (by host
+    name, as the command's environment is made)."""
+    topo = build_topology(comm, layout)
+    share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), topo.node, nvidia_gpu_count())
+    seen = comm.gather((topo.worker, socket.gethostname(), share), root=0)
+    return command_gpu_rows(seen or []) if comm.Get_rank() == 0 else []
 
 
 def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, local_rank: int,

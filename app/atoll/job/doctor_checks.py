@@ -18,6 +18,7 @@ from atoll.engine.topology import Layout
 from atoll.errors import AtollError
 from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.plan import job_layout, run_budget
+from atoll.objectives.launch_env import worker_gpus
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
@@ -111,7 +112,8 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
                                     "CUDA device here, so this runs on CPUs (gloo); with CUDA "
                                     "they would share a GPU and the search would fail (one task "
                                     "per GPU, or --gpus-per-task=1)")
-                  for (node, visible), ranks in grants.items() if len(ranks) > 1]
+                  for (node, visible), ranks in grants.items()
+                  if len(ranks) > len([d for d in visible.split(",") if d.strip()])]
         if granted:
             first = granted[0]
             return shared + [Row("GPUs", WARN,
@@ -137,6 +139,35 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
     rows.append(Row("GPUs", OK if not rows else WARN,
                     f"{len(using)} rank(s) on GPUs ({', '.join(names) or 'unknown model'}); "
                     f"rank->device: {mapping}"))
+    return rows
+
+
+def command_gpu_rows(seen: Sequence[tuple[int, str, tuple[str, ...]]]) -> list[Row]:
+    """The ``CUDA_VISIBLE_DEVICES`` each worker's commands get on each host, from every rank's
+    (worker, node, GPU share) in rank order (``objectives.launch_env``'s rule)."""
+    if not any(share for _, _, share in seen):
+        return [Row("command GPUs", OK, "none granted or found: the commands run on CPUs")]
+    by_host: dict[tuple[int, str], list[tuple[str, ...]]] = defaultdict(list)
+    for worker, node, share in seen:
+        by_host[(worker, node)].append(share)
+    listed, kept = [], []
+    for (worker, node), shares in by_host.items():
+        gpus = worker_gpus(shares)
+        if gpus is None:
+            kept.append(worker)
+        else:
+            listed.append(f"worker {worker} on {node}: {gpus}")
+    rows = []
+    if kept:
+        rows.append(Row("command GPUs", WARN, f"workers {ranks_text(sorted(set(kept)))}: a rank "
+                                              "without a GPU, or two ranks on one: each rank's "
+                                              "command keeps the CUDA_VISIBLE_DEVICES it was "
+                                              "given, and cuda:LOCAL_RANK may not be its own"))
+    if listed:
+        shown = "; ".join(listed[:4]) + (f"; ... ({len(listed)} in all)" if len(listed) > 4
+                                         else "")
+        rows.append(Row("command GPUs", OK, "CUDA_VISIBLE_DEVICES of each worker's commands, "
+                                            f"each rank's first at its LOCAL_RANK: {shown}"))
     return rows
 
 
