@@ -92,3 +92,27 @@ def test_a_weights_file_keeps_its_text_fixed_length(tmp_path):
         assert f.attrs["format"] == b"atoll-weights"  # plain h5py: bytes
     assert load_params(path) == {"name": "Zoë"}
     assert load_state_dict(path)["a/b"].dtype == torch.bfloat16
+
+
+def test_a_command_searchs_best_keep_their_scripts_checkpoint_directories(tmp_path):
+    """A script keeps its own checkpoint (examples/train_script.py: state.npz after each
+    epoch); the directories of the run's best top_models are kept in models/, the others go
+    with their evaluations, and atoll.best names the best one's."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        2, "search", "--config", "examples/command.toml", "--run-dir", str(run_dir), "-q",
+        "--set", "search.ranks_per_worker=1", "--set", "search.evaluations=6",
+        "--set", "pruning.rule=none", "--set", "record.top_models=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert (ind["status"] == int(Status.OK)).all(), ind["error"]
+    best2 = ind[np.argsort(ind["loss"])[:2]]
+    kept = sorted((run_dir / "models").iterdir())
+    assert [p.name for p in kept] == [f"ind{i:012d}" for i in sorted(best2["id"])]
+    for row in best2:
+        with np.load(run_dir / "models" / f"ind{int(row['id']):012d}" / "state.npz",
+                     allow_pickle=False) as state:
+            assert int(state["epoch"]) == 4 and float(state["val_loss"]) == row["loss"]
+    assert not list((run_dir / "checkpoints").glob("ind*"))  # every evaluation's went
+    found = atoll.best(run_dir)
+    assert found.weights == run_dir / "models" / f"ind{found.id:012d}"

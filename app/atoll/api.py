@@ -37,7 +37,8 @@ class Best:
     metrics: dict[str, float]
     """The epoch metrics it reported at its best epoch (empty if it reported none)."""
     weights: Path | None
-    """Its kept weights (``atoll.record.models.load_state_dict``), None if not kept."""
+    """Its kept weights, None if not kept: a file (``atoll.record.models.load_state_dict``), or
+    for a command objective its script's checkpoint directory as it was when it finished."""
 
 
 def search(config: Config, run_dir: str | os.PathLike[str], *,
@@ -67,8 +68,8 @@ def best(run_dir: str | os.PathLike[str]) -> Best:
     ident = int(row["id"])
     epoch = best_epochs(run, [ident]).get(ident)
     metrics = {} if epoch is None else {m: float(epoch[m]) for m in metric_names(run.epochs)}
-    weights = RunPaths(run_dir).model_file(ident)
+    weights = RunPaths(run_dir).model_files().get(ident)
     return Best(id=ident, loss=float(row["loss"]), value=float(values(run, row["loss"])),
                 params={name: plain(row[name]) for name in run.space.names},
-                metrics=metrics, weights=weights if weights.is_file() else None)
+                metrics=metrics, weights=weights)
 

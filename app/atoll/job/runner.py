@@ -271,11 +271,14 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         before_checkpoint=log_file.before_checkpoint if log_file is not None else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
-    assert topo.leaders is not None and log_file is not None
+    assert topo.leaders is not None and log_file is not None and keeper is not None
+    keeps_directories = bool(config.objective.command) and config.record.top_models > 0
 
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
         evaluator(ind)
+        if keeps_directories and ind.status == Status.OK:  # before its directory goes
+            keeper.offer_directory(ind.id, ind.loss, paths.command_checkpoint_dir(ind.id))
         if ind.status in FINISHED:  # an interrupted or paused one keeps its checkpoint
             retention.finished(ind)
         if config.pruning.pauses:

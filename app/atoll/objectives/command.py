@@ -37,6 +37,7 @@ from atoll.errors import ObjectiveError, described
 from atoll.objectives.child import Child, ChildError
 from atoll.objectives.launch_env import command_environment
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
+from atoll.record.links import holds_files, link_tree
 from atoll.record.paths import RunPaths
 from atoll.report_line import RESULTS_FILE
 
@@ -104,7 +105,7 @@ class CommandObjective:
 
     def __call__(self, params: Mapping[str, Any], ctx: Context) -> float:
         own = self.paths.command_checkpoint_dir(ctx.individual_id)
-        resume = own if _leaders_word(ctx, ctx.is_leader and _holds_files(own)) else None
+        resume = own if _leaders_word(ctx, ctx.is_leader and holds_files(own)) else None
         offered = self._offer_inherited(ctx) if resume is None and self.inherits else None
         try:
             with _own_deadline(), command_environment(
@@ -140,7 +141,7 @@ class CommandObjective:
         if lineage is None:
             return None
         offered = self.paths.inherited_dir(ctx.individual_id)
-        problem = _leaders_word(ctx, _link_tree(
+        problem = _leaders_word(ctx, link_tree(
             self.paths.command_checkpoint_dir(lineage.individual), offered)
             if ctx.is_leader else "")
         if problem:
@@ -292,7 +293,7 @@ class _Watch:
         except BadLine as exc:
             return _Tick([], None, code, str(exc), False)
         epochs = self.lines.take_epochs()
-        saved = bool(epochs) and not self.marked and _holds_files(self.saves)
+        saved = bool(epochs) and not self.marked and holds_files(self.saves)
         self.marked |= saved
         return _Tick(epochs, self.lines.result, code, "", late, saved, waited)
 
@@ -317,13 +318,6 @@ class _Watch:
                 self.lines.add(line)
 
 
-def _holds_files(directory: Path) -> bool:
-    try:
-        return any(directory.iterdir())
-    except OSError:
-        return False
-
-
 def _leaders_word(ctx: Context, value: _T) -> _T:
     """The leader's ``value`` on every rank (one broadcast on a multi-rank worker)."""
     return ctx.comm.bcast(value, root=0) if ctx.size > 1 else value  # type: ignore[no-any-return]
@@ -338,29 +332,8 @@ def _mark(ctx: Context, watch: _Watch, epoch: int) -> None:
     """Collective. Save the individual's Atoll checkpoint at ``epoch`` if the script's
     directory holds files (the leader's view decides): a paused individual is then continued
     from there, and a kept one is inherited from, its children starting after ``epoch``."""
-    if _leaders_word(ctx, ctx.is_leader and _holds_files(watch.saves)):
+    if _leaders_word(ctx, ctx.is_leader and holds_files(watch.saves)):
         ctx.save_checkpoint(_marker(watch), epoch)
-
-
-def _link_tree(source: Path, target: Path) -> str:
-    """Make ``target`` anew with hard links to the files under ``source`` (copies where a link
-    cannot be made); "" when done, else why not."""
-    shutil.rmtree(target, ignore_errors=True)
-    if not _holds_files(source):
-        return f"its script's checkpoint directory {source} is empty or gone"
-    try:
-        shutil.copytree(source, target, copy_function=_link_or_copy)
-    except OSError as exc:
-        shutil.rmtree(target, ignore_errors=True)
-        return f"its script's checkpoint directory could not be offered: {described(exc)}"
-    return ""
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:  # another file system, or one without hard links
-        shutil.copy2(source, target)
 
 
 def _ended(code: int | None) -> str:

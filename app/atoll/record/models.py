@@ -2,7 +2,9 @@
 
 Each worker leader keeps the weights of its own best ``limit`` individuals (a superset of the
 run's best ``limit``, :class:`TopWeights`); when a job ends, rank 0 removes every file outside
-the run's top ``limit`` (:func:`prune_to_top`). Files are readable with h5py alone.
+the run's top ``limit`` (:func:`prune_to_top`). Files are readable with h5py alone. A command
+objective's weights are its script's own files: the checkpoint directory of a kept individual is
+kept whole, as hard links (``RUN_DIR/models/ind000000000042/``).
 
 A state dict ``{name: tensor}`` becomes one dataset per entry, named by its key (a ``/`` in a
 key makes groups, and reads back as the same key). Dtypes are kept; those numpy has no type
@@ -18,7 +20,9 @@ exists. Importing this module does not import torch.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,11 +33,14 @@ import numpy as np
 from atoll.individual import Status
 from atoll.record import full
 from atoll.record._h5 import plain, text
+from atoll.record.links import holds_files, link_tree
 from atoll.record.paths import RunPaths
 from atoll.record.schema import put_attr
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 FORMAT = "atoll-weights"
 FORMAT_VERSION = 1
@@ -154,12 +161,7 @@ class TopWeights:
         """Store the weights if they rank among this leader's best and beat this individual's
         earlier offers; returns the file or None. The file carries the individual's id, loss
         and parameters (JSON in ``params``)."""
-        if self.limit <= 0 or loss != loss:  # no keeping, or a NaN loss
-            return None
-        own = self._kept.get(individual_id)
-        if own is not None and own <= loss:
-            return None
-        if own is None and len(self._kept) >= self.limit and max(self._kept.values()) <= loss:
+        if not self._ranks(individual_id, loss):
             return None
         path = self.paths.model_file(individual_id)
         with full.creating(path.parent):  # a full disk stops the job (save_state_dict too)
@@ -167,12 +169,53 @@ class TopWeights:
         save_state_dict(path, state_dict, {"individual": individual_id, "loss": loss,
                                            "params": json.dumps(dict(params or {}),
                                                                 default=str)})
+        self._keep(individual_id, loss)
+        return path
+
+    def offer_directory(self, individual_id: int, loss: float, directory: Path) -> Path | None:
+        """Keep a finished command's checkpoint directory (hard links to its files) if the
+        individual ranks among this leader's best; returns the kept directory or None. Said in
+        one line when the links cannot be made."""
+        if not holds_files(directory) or not self._ranks(individual_id, loss):
+            return None
+        target = self.paths.model_dir(individual_id)
+        with full.creating(target.parent):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.partial")  # never listed as kept
+        problem = link_tree(directory, partial)
+        if problem:
+            log.warning("individual %d's weights are not kept: %s", individual_id, problem)
+            return None
+        discard(target)
+        partial.rename(target)
+        self._keep(individual_id, loss)
+        return target
+
+    def _ranks(self, individual_id: int, loss: float) -> bool:
+        """Whether weights at ``loss`` would be kept: among this leader's best, and better than
+        the individual's earlier offer."""
+        if self.limit <= 0 or loss != loss:  # no keeping, or a NaN loss
+            return False
+        own = self._kept.get(individual_id)
+        if own is not None:
+            return loss < own
+        return len(self._kept) < self.limit or loss < max(self._kept.values())
+
+    def _keep(self, individual_id: int, loss: float) -> None:
         self._kept[individual_id] = loss
         if len(self._kept) > self.limit:  # a newcomer better than the worst: never itself
             worst = max(self._kept, key=self._kept.__getitem__)
             del self._kept[worst]
-            self.paths.model_file(worst).unlink(missing_ok=True)
-        return path
+            discard(self.paths.model_file(worst))
+            discard(self.paths.model_dir(worst))
+
+
+def discard(path: Path) -> None:
+    """Delete kept weights: a file, or a command's directory."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def prune_to_top(paths: RunPaths, individuals: np.ndarray, limit: int) -> list[int]:
@@ -191,5 +234,7 @@ def prune_to_top(paths: RunPaths, individuals: np.ndarray, limit: int) -> list[i
     keep = [i for *_, i in ranked[:limit]]
     for ind_id, path in files.items():
         if ind_id not in keep:
-            path.unlink(missing_ok=True)
+            discard(path)
+    for partial in paths.models_dir.glob("ind*.partial"):  # a job killed while linking
+        discard(partial)
     return keep

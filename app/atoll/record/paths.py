@@ -79,12 +79,20 @@ class RunPaths:
     def model_file(self, individual_id: int) -> Path:
         return self.models_dir / f"ind{individual_id:012d}.h5"
 
+    def model_dir(self, individual_id: int) -> Path:
+        """The kept files of a command objective's individual (its checkpoint directory)."""
+        return self.models_dir / f"ind{individual_id:012d}"
+
     def model_files(self) -> dict[int, Path]:
-        """Stored weights by individual id."""
+        """Stored weights by individual id: weight files, and commands' kept directories."""
         if not self.models_dir.is_dir():
             return {}
-        return {int(p.stem[3:]): p for p in self.models_dir.glob("ind*.h5")
-                if p.stem[3:].isdigit()}
+        found = {}
+        for path in self.models_dir.glob("ind*"):
+            ident = path.name[3:].removesuffix(".h5")
+            if ident.isdigit() and (path.suffix == ".h5") != path.is_dir():
+                found[int(ident)] = path
+        return found
 
     @property
     def checkpoints_dir(self) -> Path:
