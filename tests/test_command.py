@@ -706,13 +706,26 @@ evaluations = 1
     assert RunPaths(tmp_path / "run").work_dir(ident).joinpath("gpus").read_text() == "0,1,2,3\n"
 
 
-def test_a_command_may_be_torchrun_itself_on_a_worker_of_one_rank(tmp_path):
+TORCHRUN = '"{python}", "-m", "torch.distributed.run"'
+ACROSS_NODES = ('"sh", "-c", "exec {python} -m torch.distributed.run --nnodes $GROUP_WORLD_SIZE '
+                '--node-rank $GROUP_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT')
+
+
+@pytest.mark.parametrize("launch", [TORCHRUN, ACROSS_NODES], ids=["one node", "across nodes"])
+def test_a_command_may_be_torchrun_itself_on_a_worker_of_one_rank(tmp_path, launch):
     """A user's launch line as it is: torchrun starts the script's 2 processes, whose rank 0's
-    ATOLL lines come through torchrun's output."""
+    ATOLL lines come through torchrun's output. Across nodes (README's recipe, one rank of the
+    worker per node; run here on one node): torchrun's flags from the worker's variables, its
+    store on the port the leader holds."""
+    script = f"{ROOT}/examples/train_script.py"
+    if launch == TORCHRUN:
+        command = f'{TORCHRUN}, "--nproc-per-node", "2", "{script}", "--lr", "{{lr}}", ' \
+                  '"--epochs", "3"'
+    else:
+        command = f'{ACROSS_NODES} --nproc-per-node 2 {script} --lr {{lr}} --epochs 3"'
     config = f"""seed = 3
 [objective]
-command = ["{{python}}", "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "{ROOT}/examples/train_script.py", "--lr", "{{lr}}", "--epochs", "3"]
+command = [{command}]
 env = {{ OMP_NUM_THREADS = "1" }}
 [space.lr]
 type = "float"
