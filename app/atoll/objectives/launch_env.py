@@ -13,8 +13,9 @@ variables (``SLURM_*``) stay: the job's id, its CPUs per task.
 GPUs as torchrun gives them: every rank of the worker on a node sees the same list, the worker's
 GPUs on that node with each rank's first at its ``LOCAL_RANK``, so a script's ``cuda:LOCAL_RANK``
 is the GPU this rank would use for a Python objective (``evaluation.process_group.choose_device``).
-A rank's share of its node's GPUs is one when the job has a rank per GPU there, and more when it
-has fewer ranks than GPUs (all of them for the node's only rank: a command that is itself
+A rank's share is the GPUs the launcher gave it alone (``--gpus-per-task``), or of a list all
+ranks of its node were given, one when the job has a rank per GPU there, and more when it has
+fewer ranks than GPUs (all of them for the node's only rank: a command that is itself
 ``torchrun --nproc-per-node 4 ...`` gets the node's 4). Inherited as it is, a rank's
 ``CUDA_VISIBLE_DEVICES`` would send ``cuda:LOCAL_RANK`` to a GPU another worker uses (the job's
 list on every rank) or to none at all (one GPU per task).
@@ -98,7 +99,7 @@ def gpu_share(visible: str | None, node: NodePlace, count: int | None) -> tuple[
     when the launcher gave each rank its own (``node.same_gpus`` false); else, of the list all
     ``node.ranks`` ranks share, every ``node.ranks``-th from the rank's own, so its first is
     the one a Python objective uses, and one (shared) when the node has as many ranks as GPUs
-    or more. None without any."""
+    or more. Empty without any."""
     if visible is None:
         listed = [str(index) for index in range(count or 0)]
     else:
