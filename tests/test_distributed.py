@@ -40,3 +40,16 @@ def test_a_gpu_becomes_the_current_device_and_a_cpu_run_touches_no_cuda(monkeypa
     assert asked == []
     bind_device(torch.device("cuda", 3))
     assert asked == [torch.device("cuda", 3)]
+
+
+def test_nccl_errors_raise_in_the_waiting_call_unless_the_user_chose_otherwise():
+    """Torch's default NCCL error handling ends the process on a timed-out collective (the
+    partner of a rank whose objective raised): clean-up only lets it raise instead."""
+    from atoll.evaluation.process_group import keep_rank_alive_on_nccl_errors
+
+    environ: dict[str, str] = {}
+    keep_rank_alive_on_nccl_errors(environ)
+    assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+    environ = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    keep_rank_alive_on_nccl_errors(environ)
+    assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

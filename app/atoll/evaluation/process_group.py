@@ -13,7 +13,9 @@ Only objectives that ask for ``ctx.process_group`` or ``ctx.device`` import torc
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -124,6 +126,20 @@ def bind_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
+NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+CLEAN_UP_ONLY = "2"
+"""NCCL's error handling that aborts a failed or timed-out collective's communicator and raises
+in the waiting call, without ending the process (torch's default, 3, ends it)."""
+
+
+def keep_rank_alive_on_nccl_errors(environ: MutableMapping[str, str]) -> None:
+    """A partner of a rank whose objective raised waits in a collective until
+    ``distributed.timeout``; under torch's default NCCL error handling the watchdog then ends
+    the whole process, and with it the MPI job. Clean-up only lets the waiting call raise, the
+    evaluation fail and the group be rebuilt, as under gloo. A value you set is kept."""
+    environ.setdefault(NCCL_ERROR_HANDLING, CLEAN_UP_ONLY)
+
+
 def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
                   ) -> WorkerGroup:
     import torch.distributed as dist
@@ -132,6 +148,8 @@ def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
     device = choose_device(chosen, local_rank)
     _check_devices(comm, device)
     bind_device(device)
+    if chosen == "nccl":
+        keep_rank_alive_on_nccl_errors(os.environ)  # read when the group is made
     store = _rendezvous(comm, timeout)
     dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
                             rank=comm.Get_rank(), world_size=comm.Get_size(),
