@@ -176,6 +176,35 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
         assert '"n1"' in job["hosts"].decode() or "n2" in log
 
 
+def test_the_gpu_script_runs_a_command_whose_ranks_each_see_their_own_gpu_at_local_rank(
+        slurm, tmp_path):
+    """single-node-gpu.sbatch with a command objective, 2 fake GPUs, one worker of 2 ranks:
+    the preflight lists the worker's GPUs, and each rank's script finds its own at
+    cuda:LOCAL_RANK."""
+    config = tmp_path / "command.toml"
+    config.write_text("""[objective]
+command = ["sh", "-c",
+           "echo $LOCAL_RANK $CUDA_VISIBLE_DEVICES > {work_dir}/seen-$RANK; echo ATOLL result={x}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+evaluations = 2
+islands = 1
+""")
+    env = job_env(slurm, ATOLL_SBATCH_ARGS=f"--parsable --output={tmp_path}/job-%j.out "
+                                           "--gres=gpu:2 --nodes=1")
+    code, log = submit_wait(slurm, ["test-cluster", "single-node-gpu.sbatch", str(config),
+                                    str(tmp_path / "run")], env, tmp_path)
+    assert code == 0, log
+    assert "command GPUs" in log, log  # the preflight's row
+    seen = sorted(p.read_text().split() for p in (tmp_path / "run" / "work").glob("*/seen-*"))
+    assert len(seen) == 4, seen  # 2 evaluations x 2 ranks
+    assert all(len(visible.split(",")) == 2 for _, visible in seen)  # the worker's two
+    assert {v.split(",")[int(r)] for r, v in seen} == set(seen[0][1].split(","))  # each its own
+
+
 @pytest.mark.slow  # a chain under a one-minute time limit
 def test_time_limit_signal_stops_the_search_and_the_chain_finishes_it(slurm, tmp_path):
     """--time=1 with --signal=B:USR1@25: SLURM signals each job 0-30 s after it starts (its
