@@ -53,3 +53,14 @@ def test_nccl_errors_raise_in_the_waiting_call_unless_the_user_chose_otherwise()
     environ = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     keep_rank_alive_on_nccl_errors(environ)
     assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_a_store_across_hosts_listens_on_the_address_that_reaches_them():
+    """The route to the peer picks the address (not this host's name, which images often map to
+    127.0.1.1); a peer whose name does not resolve falls back to that name's address."""
+    import socket
+
+    from atoll.evaluation.process_group import address_towards
+
+    assert address_towards("localhost") == "127.0.0.1"
+    assert address_towards("no-such-host.invalid") == socket.gethostbyname(socket.gethostname())

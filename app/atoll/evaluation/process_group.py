@@ -167,8 +167,8 @@ def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:
     """A TCPStore on the leader, reachable only where the worker's ranks are.
 
     The leader binds the listening socket itself (loopback when the worker is on one node,
-    else the address its host name resolves to) on a port the OS picks, and hands it to the
-    store: torch's own server would listen on every interface.
+    else its address on the route to the worker's next host) on a port the OS picks, and hands
+    it to the store: torch's own server would listen on every interface.
     """
     from mpi4py import MPI
     from torch.distributed import TCPStore
@@ -177,7 +177,8 @@ def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:
     address: tuple[str, int] | None = None
     store = None
     if comm.Get_rank() == 0:
-        host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(socket.gethostname())
+        others = [h for h in hosts if h != hosts[0]]
+        host = address_towards(others[0]) if others else "127.0.0.1"
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind((host, 0))
         listener.listen(max(128, comm.Get_size()))
@@ -190,6 +191,18 @@ def _rendezvous(comm: MPI.Comm, timeout: float) -> Any:
         store = TCPStore(address[0], address[1], comm.Get_size(), is_master=False,
                          timeout=timedelta(seconds=timeout))
     return store
+
+
+def address_towards(peer: str) -> str:
+    """This host's address on the route to ``peer`` (a UDP connect picks the route and sends
+    nothing). Not the address of this host's own name: many images map it to 127.0.1.1 in
+    /etc/hosts, where the peer could not reach it."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(peer), 9))
+            return str(probe.getsockname()[0])
+    except OSError:  # the peer's name does not resolve here: the old way
+        return socket.gethostbyname(socket.gethostname())
 
 
 def _check_devices(comm: MPI.Comm, device: torch.device) -> None:
