@@ -64,3 +64,17 @@ def test_a_store_across_hosts_listens_on_the_address_that_reaches_them():
 
     assert address_towards("localhost") == "127.0.0.1"
     assert address_towards("no-such-host.invalid") == socket.gethostbyname(socket.gethostname())
+
+
+def test_a_rank_takes_its_node_ranks_gpu_of_a_shared_list_and_the_first_of_its_own(
+        monkeypatch):
+    """No GPU here: torch's device count is given, the device only named."""
+    import torch
+
+    from atoll.engine.topology import NodePlace
+    from atoll.evaluation.process_group import choose_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert choose_device("nccl", NodePlace(3, 4)) == torch.device("cuda", 1)
+    assert choose_device("nccl", NodePlace(3, 4, same_gpus=False)) == torch.device("cuda", 0)
+    assert choose_device("gloo", NodePlace(3, 4)) == torch.device("cpu")

@@ -30,8 +30,8 @@ from atoll.record.checkpoints import CheckpointStore
 
 PARAMS = {"conv_layers": 2, "activation": "tanh", "lr": 0.5, "gamma": 0.9}
 COMM = MPI.COMM_WORLD
-GROUP = ProcessGroupOwner(COMM, "gloo", 60.0, COMM.Get_rank())
-SHORT = ProcessGroupOwner(COMM, "gloo", 2.0, COMM.Get_rank())
+GROUP = ProcessGroupOwner(COMM, "gloo", 60.0, NodePlace(COMM.Get_rank()))
+SHORT = ProcessGroupOwner(COMM, "gloo", 2.0, NodePlace(COMM.Get_rank()))
 """distributed.timeout = 2 s for the calls on some ranks only (its group is never made)."""
 
 

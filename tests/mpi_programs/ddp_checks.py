@@ -63,7 +63,7 @@ def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options:
              data_dir: str | None = None) -> Probe:
     global GROUP
     if GROUP is None:
-        GROUP = ProcessGroupOwner(comm, "gloo", 60.0, LOCAL_RANK)
+        GROUP = ProcessGroupOwner(comm, "gloo", 60.0, NodePlace(LOCAL_RANK))
 
     def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
         epochs.append({"individual": i, "epoch": epoch, **metrics})

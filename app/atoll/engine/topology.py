@@ -116,10 +116,18 @@ def build_topology(world: MPI.Comm, layout: Layout) -> Topology:
     worker_comm = world.Split(color=worker, key=rank)
     is_leader = worker_comm.Get_rank() == 0
     leaders = world.Split(color=0 if is_leader else MPI.UNDEFINED, key=rank)
-    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    return Topology(layout=layout, world=world, worker_comm=worker_comm,
+                    leaders=leaders if is_leader else None, worker=worker,
+                    island=layout.island_of_worker(worker), node=node_place(world))
+
+
+def node_place(world: MPI.Comm) -> NodePlace:
+    """This rank's place among ``world``'s ranks on its node, from an MPI shared-memory split
+    (collective on ``world``)."""
+    from mpi4py import MPI
+
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
     given = node.allgather(os.environ.get("CUDA_VISIBLE_DEVICES"))
     place = NodePlace(node.Get_rank(), node.Get_size(), len(set(given)) == 1)
     node.Free()
-    return Topology(layout=layout, world=world, worker_comm=worker_comm,
-                    leaders=leaders if is_leader else None, worker=worker,
-                    island=layout.island_of_worker(worker), node=place)
+    return place

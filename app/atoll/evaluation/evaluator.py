@@ -62,7 +62,7 @@ class WorkerEvaluator:
         services = WorkerServices(
             comm=comm, seed=config.seed, node=node,
             group=ProcessGroupOwner(comm, config.distributed.backend,
-                                    config.distributed.timeout, node.rank),
+                                    config.distributed.timeout, node),
             data_dir=Path(config.objective.data_dir) if config.objective.data_dir else None,
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,

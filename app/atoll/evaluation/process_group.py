@@ -5,7 +5,8 @@ torch.distributed group. The rendezvous store is hosted by the worker leader on 
 operating system picks (port 0) and is broadcast over MPI, so neither two workers nor two jobs
 on one node can collide; it listens on the loopback address when the whole worker is on one
 node. The device is the node-local rank among all of the job's ranks on that node (from an MPI
-shared-memory split made once per job), never a world rank modulo a GPU count, and
+shared-memory split made once per job), never a world rank modulo a GPU count, or the first of
+a rank's own GPUs when the launcher gave each its own (``--gpus-per-task``);
 ``CUDA_VISIBLE_DEVICES`` is respected because torch only sees the devices it lists.
 
 Only objectives that ask for ``ctx.process_group`` or ``ctx.device`` import torch.
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from atoll.config import BACKENDS
+from atoll.engine.topology import NodePlace
 from atoll.errors import AtollError
 from atoll.evaluation.alarm import alarm_held
 
@@ -38,7 +40,7 @@ class WorkerGroup:
 
     backend: str
     device: torch.device
-    local_rank: int
+    node: NodePlace
     store: Any  # the TCPStore: kept referenced for the group's lifetime
 
     @property
@@ -65,11 +67,14 @@ def choose_backend(requested: str) -> str:
     return "nccl" if cuda else "gloo"
 
 
-def choose_device(backend: str, local_rank: int) -> torch.device:
+def choose_device(backend: str, node: NodePlace) -> torch.device:
+    """Under NCCL, the node rank's GPU of the ones the node's ranks were all given, or the
+    first of a rank's own (``--gpus-per-task``); else the CPU."""
     import torch
 
     if backend == "nccl":
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        index = node.rank % torch.cuda.device_count() if node.same_gpus else 0
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -79,16 +84,16 @@ class ProcessGroupOwner:
     left it out of step or when the job ends.
 
     A process belongs to one worker, so the group is torch's default (process-wide) group:
-    make one owner per process. ``local_rank`` is this rank's index among the job's ranks on
-    its node (see topology).
+    make one owner per process. ``node`` is where this rank sits among the job's ranks on its
+    node (see topology).
     """
 
     def __init__(self, comm: MPI.Comm, backend: str = "auto", timeout: float = 60.0,
-                 local_rank: int = 0) -> None:
+                 node: NodePlace | None = None) -> None:
         self.comm = comm
         self.backend = backend
         self.timeout = timeout
-        self.local_rank = local_rank
+        self.node = node or NodePlace()
         self.current: WorkerGroup | None = None
         """The live group, or None before first use and after :meth:`close`."""
 
@@ -100,7 +105,7 @@ class ProcessGroupOwner:
         # is held back until the group exists, then fires in the objective as usual.
         with alarm_held():
             self.current = _create_group(self.comm, self.backend, self.timeout,
-                                         self.local_rank)
+                                         self.node)
         return self.current
 
     def close(self) -> None:
@@ -140,12 +145,12 @@ def keep_rank_alive_on_nccl_errors(environ: MutableMapping[str, str]) -> None:
     environ.setdefault(NCCL_ERROR_HANDLING, CLEAN_UP_ONLY)
 
 
-def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
+def _create_group(comm: MPI.Comm, backend: str, timeout: float, node: NodePlace
                   ) -> WorkerGroup:
     import torch.distributed as dist
 
     chosen = choose_backend(backend)
-    device = choose_device(chosen, local_rank)
+    device = choose_device(chosen, node)
     _check_devices(comm, device)
     bind_device(device)
     if chosen == "nccl":
@@ -154,7 +159,7 @@ def _create_group(comm: MPI.Comm, backend: str, timeout: float, local_rank: int
     dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
                             rank=comm.Get_rank(), world_size=comm.Get_size(),
                             timeout=timedelta(seconds=timeout))
-    group = WorkerGroup(chosen, device, local_rank, store)
+    group = WorkerGroup(chosen, device, node, store)
     try:
         _check_all_reduce(comm, group)
     except DistributedError:

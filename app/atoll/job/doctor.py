@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from atoll import record
 from atoll.collective import one_line
 from atoll.config import Config
-from atoll.engine.topology import Layout, build_topology
+from atoll.engine.topology import Layout, NodePlace, build_topology, node_place
 from atoll.errors import AtollError, described
 from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.doctor_checks import (
@@ -73,7 +73,7 @@ def cpu_view(rank: int, node: str, torch_present: bool) -> dict[str, Any]:
             "threads": threads, "omp": os.environ.get("OMP_NUM_THREADS", "unset")}
 
 
-def gpu_view(rank: int, node: str, local_rank: int, backend: str,
+def gpu_view(rank: int, node: str, place: NodePlace, backend: str,
              torch_present: bool) -> dict[str, Any]:
     view: dict[str, Any] = {"rank": rank, "node": node, "device": None, "uuid": None,
                             "name": None, "count": None,
@@ -90,7 +90,7 @@ def gpu_view(rank: int, node: str, local_rank: int, backend: str,
 
     view["count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
-        device = choose_device(choose_backend(backend), local_rank)
+        device = choose_device(choose_backend(backend), place)
     except DistributedError:
         return view  # reported by the process-group check
     if device.type == "cuda":
@@ -102,12 +102,12 @@ def gpu_view(rank: int, node: str, local_rank: int, backend: str,
 
 
 def group_probe(worker_comm: MPI.Comm, worker: int, config: Config,
-                local_rank: int) -> dict[str, Any]:
+                place: NodePlace) -> dict[str, Any]:
     """Build the worker's process group the way the search does, then time an all_reduce."""
     from atoll.evaluation.process_group import ProcessGroupOwner
 
     owner = ProcessGroupOwner(worker_comm, config.distributed.backend, config.distributed.timeout,
-                              local_rank)
+                              place)
     probe: dict[str, Any] = {"worker": worker, "backend": "", "build": 0.0, "all_reduce": 0.0,
                              "error": "", "ranks": []}
     start = time.perf_counter()
@@ -186,11 +186,11 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
         rows += mpi_rows(nodes, MPI.Get_library_version().split(",")[0].strip())
     layout, found = layout_rows(config, size)
     rows += found if rank == 0 else []
-    local_rank = _local_rank(comm)
+    place = node_place(comm)
     cpus = comm.gather(_guarded("CPU threads", lambda: cpu_view(rank, node, torch_present)),
                        root=0)
     gpus = comm.gather(_guarded("GPUs", lambda: gpu_view(
-        rank, node, local_rank, config.distributed.backend, torch_present)), root=0)
+        rank, node, place, config.distributed.backend, torch_present)), root=0)
     if rank == 0:
         rows += _rows_or_errors(cpus, cpu_rows) + _rows_or_errors(gpus, gpu_rows)
     searched = _search_rows(comm, config, run_dir)
@@ -199,7 +199,7 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
     rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
     if config.objective.command and layout is not None:
         rows += _command_gpus(comm, layout)
-    rows += _process_groups(comm, config, layout, local_rank, torch_present)
+    rows += _process_groups(comm, config, layout, place, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
     elif rank == 0:
@@ -283,15 +283,6 @@ def _refusal(action: Callable[[], Any]) -> str:
     return ""
 
 
-def _local_rank(comm: MPI.Comm) -> int:
-    from mpi4py import MPI
-
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    local = node.Get_rank()
-    node.Free()
-    return local
-
-
 def _guarded(check: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any] | Row:
     """A rank's facts, or its failure as a row (so that no rank leaves a collective early)."""
     try:
@@ -316,7 +307,7 @@ def _command_gpus(comm: MPI.Comm, layout: Layout) -> list[Row]:
     return command_gpu_rows(seen or []) if comm.Get_rank() == 0 else []
 
 
-def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, local_rank: int,
+def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, place: NodePlace,
                     torch_present: bool) -> list[Row]:
     rank = comm.Get_rank()
     if layout is None or not torch_present:
@@ -324,7 +315,7 @@ def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, local
             "torch is not installed (only objectives that use ctx.process_group need it)"
         return [Row("process group", SKIP, why)] if rank == 0 else []
     topo = build_topology(comm, layout)
-    probe = group_probe(topo.worker_comm, topo.worker, config, local_rank)
+    probe = group_probe(topo.worker_comm, topo.worker, config, place)
     probe["ranks"] = topo.worker_comm.allgather(rank)
     probes = comm.gather(probe if topo.is_leader else None, root=0)
     return group_rows([p for p in probes or [] if p is not None]) if rank == 0 else []
