@@ -28,10 +28,12 @@ parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 
 backend = "nccl" if torch.cuda.is_available() else "gloo"
-dist.init_process_group(backend)  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from env://
-rank, world = dist.get_rank(), dist.get_world_size()
 device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else \
     torch.device("cpu")
+if backend == "nccl":
+    torch.cuda.set_device(device)  # NCCL's barrier and a bare "cuda" use the current device
+dist.init_process_group(backend)  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from env://
+rank, world = dist.get_rank(), dist.get_world_size()
 
 # A small regression task, the same on every rank; each rank trains on its own shard.
 data = torch.Generator().manual_seed(args.seed)
