@@ -93,11 +93,6 @@ class Topology:
     node: NodePlace = NodePlace()
 
     @property
-    def local_rank(self) -> int:
-        """This rank's index among the job's ranks on its node."""
-        return self.node.rank
-
-    @property
     def is_leader(self) -> bool:
         return self.worker_comm.Get_rank() == 0
 

@@ -40,7 +40,6 @@ class WorkerGroup:
 
     backend: str
     device: torch.device
-    node: NodePlace
     store: Any  # the TCPStore: kept referenced for the group's lifetime
 
     @property
@@ -159,7 +158,7 @@ def _create_group(comm: MPI.Comm, backend: str, timeout: float, node: NodePlace
     dist.init_process_group(chosen, store=dist.PrefixStore("atoll", store),
                             rank=comm.Get_rank(), world_size=comm.Get_size(),
                             timeout=timedelta(seconds=timeout))
-    group = WorkerGroup(chosen, device, node, store)
+    group = WorkerGroup(chosen, device, store)
     try:
         _check_all_reduce(comm, group)
     except DistributedError:

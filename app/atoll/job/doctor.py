@@ -198,7 +198,7 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
         rows = [r for r in rows if r.check != "budget"]
     rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
     if config.objective.command and layout is not None:
-        rows += _command_gpus(comm, layout)
+        rows += _command_gpus(comm, layout, place)
     rows += _process_groups(comm, config, layout, place, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
@@ -298,12 +298,12 @@ def _rows_or_errors(gathered: list[Any] | None, check: Callable[[list[dict[str, 
     return errors[:4] + check([g for g in gathered if not isinstance(g, Row)])
 
 
-def _command_gpus(comm: MPI.Comm, layout: Layout) -> list[Row]:
+def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace) -> list[Row]:
     """The GPUs each worker's command will see, shared out as a search shares them (by host
     name, as the command's environment is made)."""
-    topo = build_topology(comm, layout)
-    share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), topo.node, nvidia_gpu_count())
-    seen = comm.gather((topo.worker, socket.gethostname(), share), root=0)
+    share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), place, nvidia_gpu_count())
+    worker = layout.worker_of_rank(comm.Get_rank())
+    seen = comm.gather((worker, socket.gethostname(), share), root=0)
     return command_gpu_rows(seen or []) if comm.Get_rank() == 0 else []
 
 
