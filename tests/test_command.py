@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +21,12 @@ from atoll.engine.topology import NodePlace
 from atoll.errors import ConfigError
 from atoll.individual import Status
 from atoll.objectives.child import _started
-from atoll.objectives.launch_env import gpu_share, worker_gpus
+from atoll.objectives.launch_env import (
+    SLURM_TASK_VARIABLES,
+    gpu_share,
+    slurm_step_variables,
+    worker_gpus,
+)
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.objectives.supervisor import END
 from atoll.record import RunPaths, open_run, read_history
@@ -651,8 +657,13 @@ def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_jo
     its next collective); without the launcher's variables it gets a world of its own, and
     torchrun's variables say which world is the worker's. With the job's 4 GPUs visible to
     every rank, each worker's scripts see their worker's 2, so ``cuda:LOCAL_RANK`` is not
-    the other worker's GPU (it was: both workers trained on the first two)."""
+    the other worker's GPU (it was: both workers trained on the first two). As mpirun in a
+    SLURM batch script, where every rank inherits the batch step's ``SLURM_PROCID=0``, each
+    script sees its worker's SLURM step, on this host (no ``SLURMD_NODENAME``)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c,GPU-d")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     run_dir = tmp_path / "run"
     done = mpirun_atoll(4, "search", "-q", "--config", str(write(tmp_path, PROBE)),
                         "--run-dir", str(run_dir), "--set", "search.evaluations=4", timeout=300)
@@ -661,6 +672,13 @@ def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_jo
     assert "OMPI_MCA_btl_tcp_if_include" in views[0]["ompi_mca"]  # (conftest.py): they stay
     assert {(v["worker"], v["cuda_visible"]) for v in views} == {(0, "GPU-a,GPU-b"),
                                                                  (1, "GPU-c,GPU-d")}
+    for seen in views:
+        rank = seen["torchrun"]["RANK"]
+        assert seen["slurm_task"] == {
+            "SLURM_PROCID": rank, "SLURM_LOCALID": rank, "SLURM_NODEID": "0",
+            "SLURM_GTIDS": "0,1", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_NNODES": "1",
+            "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1",
+            "SLURM_STEP_NODELIST": socket.gethostname(), "SLURM_STEP_TASKS_PER_NODE": "2"}
 
 
 @pytest.mark.parametrize(("visible", "node", "count", "share"), [
@@ -757,6 +775,46 @@ def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tm
     assert all(seen["slurm_job"] for seen in views)
     granted = {seen["cuda_visible"] for seen in views}
     assert len(granted) == 1 and len(set(granted.pop().split(","))) == 4, views
+
+
+def test_under_srun_a_script_that_reads_slurm_procid_joins_its_workers_world(slurm, tmp_path):
+    """Many SLURM recipes take a DDP rank and world from ``SLURM_PROCID`` and ``SLURM_NTASKS``.
+    Inherited, they named the job's: the second worker's scripts took ranks 2 and 3 of a
+    world of 4 and never met. Each script sees its worker as a step of its own, on the nodes
+    it spans (cyclic: each worker has a rank on n1 and one on n2)."""
+    run_dir = tmp_path / "run"
+    done = slurm_run(["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=2",
+                      "--distribution=cyclic", str(BIN / "atoll"), "search", "--config",
+                      str(write(tmp_path, PROBE)), "--run-dir", str(run_dir),
+                      "--set", "search.evaluations=4", "-q"], job_env(slurm), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    views = check_worlds(run_dir, 4)
+    assert {seen["worker"] for seen in views} == {0, 1}
+    for seen in views:
+        rank = int(seen["torchrun"]["RANK"])
+        assert seen["slurm_task"] == {
+            "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
+            "SLURM_GTIDS": str(rank), "SLURM_NTASKS": "2", "SLURM_NPROCS": "2",
+            "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "1(x2)",
+            "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2",
+            "SLURM_STEP_NODELIST": "n1,n2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            "SLURM_NTASKS_PER_NODE": "1",  # asked 2 for the job
+            "SLURM_STEP_ID": "0", "SLURM_STEP_LAUNCHER_PORT": seen["slurm_task"][
+                "SLURM_STEP_LAUNCHER_PORT"]}, seen["slurm_task"]
+
+
+@pytest.mark.parametrize(("nodes", "rank", "expected"), [
+    (["n1", "n1", "n2", "n2"], 3, {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+                                   "SLURM_GTIDS": "2,3", "SLURM_TASKS_PER_NODE": "2(x2)"}),
+    (["a", "b", "a"], 2, {"SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_GTIDS": "0,2",
+                          "SLURM_STEP_NODELIST": "a,b", "SLURM_TASKS_PER_NODE": "2,1"}),
+    (["x"], 0, {"SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1"})])
+def test_a_workers_slurm_step_numbers_its_nodes_by_their_first_rank(nodes, rank, expected):
+    variables = slurm_step_variables(nodes, rank)
+    assert {name: variables[name] for name in expected} == expected
+    uniform = len({nodes.count(node) for node in nodes}) == 1  # one count per node fits
+    assert set(variables) - {"SLURM_NTASKS_PER_NODE"} == set(SLURM_TASK_VARIABLES)
+    assert ("SLURM_NTASKS_PER_NODE" in variables) == uniform
 
 
 def test_asha_pauses_a_script_with_its_own_checkpoint_and_a_promotion_resumes_it(tmp_path):

@@ -7,8 +7,11 @@ torchrun started a process; ``GROUP_RANK`` is the node's index), and it loses th
 which an MPI launcher (mpirun, srun's PMIx or PMI) tells a process its place in the MPI job:
 with them, a script whose library calls ``MPI_Init`` (mpi4py; Lightning's search for an MPI
 world) would join the job as a second copy of the rank and corrupt the rank's own MPI state.
-Without them its ``MPI_Init`` starts a world of its own. The scheduler's
-variables (``SLURM_*``) stay: the job's id, its CPUs per task.
+Without them its ``MPI_Init`` starts a world of its own. The scheduler's job variables
+(``SLURM_JOB_*``, its CPUs per task) stay; its task variables (``SLURM_PROCID``,
+``SLURM_NTASKS``, ...) describe the worker as a step of its own, as ``srun`` would for the
+script alone: a script that reads its rank from them before torchrun's (many SLURM recipes do)
+then joins the worker's world, where it took the job's rank in the job's world and hung.
 
 GPUs as torchrun gives them: every rank of the worker on a node sees the same list, the worker's
 GPUs on that node with each rank's first at its ``LOCAL_RANK``, so a script's ``cuda:LOCAL_RANK``
@@ -64,25 +67,38 @@ def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: st
         env = {name: value for name, value in inherited.items()
                if not is_launcher_variable(name)}
         share = gpu_share(inherited.get("CUDA_VISIBLE_DEVICES"), node, nvidia_gpu_count())
-        env.update(torchrun_variables(comm, port, run_id, share))
+        slurm_node = (inherited.get("SLURMD_NODENAME") or socket.gethostname()
+                      if any(name in inherited for name in SLURM_TASK_VARIABLES) else None)
+        variables = torchrun_variables(comm, port, run_id, share, slurm_node)
+        per_node = variables.pop("SLURM_NTASKS_PER_NODE", None)
+        env.update(variables)
+        if "SLURM_NTASKS_PER_NODE" in env:  # the job's request: the worker's when one fits
+            if per_node is None:
+                del env["SLURM_NTASKS_PER_NODE"]
+            else:
+                env["SLURM_NTASKS_PER_NODE"] = per_node
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
         yield env
 
 
-def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
-                       share: tuple[str, ...] = ()) -> dict[str, str]:
+def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str, ...] = (),
+                       slurm_node: str | None = None) -> dict[str, str]:
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
-    host, with the leader's ``port``, and ``CUDA_VISIBLE_DEVICES`` made of the GPU ``share``
-    of each of the worker's ranks on this host when each has one (collective on the worker's
-    communicator)."""
+    host, with the leader's ``port``, ``CUDA_VISIBLE_DEVICES`` made of the GPU ``share``
+    of each of the worker's ranks on this host when each has one, and Slurm's task variables
+    for a step of the worker's ranks when the rank is a Slurm task (``slurm_node``: its node's
+    Slurm name, None outside a task; collective on the worker's communicator)."""
     rank, host = comm.Get_rank(), socket.gethostname()
-    seen: list[tuple[str, int, tuple[str, ...]]] = comm.allgather((host, port, share))
-    leader_host, port, _ = seen[0]
-    hosts = list(dict.fromkeys(h for h, _, _ in seen))  # in the order of their first rank
-    on_my_host = [r for r, (h, _, _) in enumerate(seen) if h == host]
+    seen: list[tuple[str, int, tuple[str, ...], str | None]] = comm.allgather(
+        (host, port, share, slurm_node))
+    leader_host, port, _, _ = seen[0]
+    hosts = list(dict.fromkeys(h for h, _, _, _ in seen))  # in the order of their first rank
+    on_my_host = [r for r, (h, _, _, _) in enumerate(seen) if h == host]
     world = str(len(seen))
     gpus = worker_gpus([seen[r][2] for r in on_my_host])
-    return {**({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}),
+    slurm = (slurm_step_variables([node or h for h, _, _, node in seen], rank)
+             if any(node is not None for *_, node in seen) else {})
+    return {**({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}), **slurm,
             "RANK": str(rank), "WORLD_SIZE": world,
             "LOCAL_RANK": str(on_my_host.index(rank)), "LOCAL_WORLD_SIZE": str(len(on_my_host)),
             "GROUP_RANK": str(hosts.index(host)), "GROUP_WORLD_SIZE": str(len(hosts)),
@@ -91,6 +107,40 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str,
             "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id,
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
+
+
+SLURM_TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS",
+                        "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NNODES", "SLURM_TASKS_PER_NODE",
+                        "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
+                        "SLURM_STEP_TASKS_PER_NODE")
+"""What ``srun`` sets for a task's place in its step (the job's own stay, e.g.
+``SLURM_JOB_NODELIST``, ``SLURM_NODELIST``); ``SLURM_NTASKS_PER_NODE``, the user's request,
+is the worker's too where it was set and one count fits the worker's nodes."""
+
+
+def slurm_step_variables(nodes: list[str], rank: int) -> dict[str, str]:
+    """Slurm's task variables for ``rank`` of a step made of the worker's ranks, as ``srun``
+    writes them; ``nodes``: each worker rank's node, in rank order (the nodes are numbered in
+    the order of their first rank, as torchrun's ``GROUP_RANK``)."""
+    names = list(dict.fromkeys(nodes))
+    on_node = [r for r, node in enumerate(nodes) if node == nodes[rank]]
+    counts = [nodes.count(name) for name in names]
+    runs: list[list[int]] = []  # equal counts in a row: Slurm writes "2(x3)"
+    for count in counts:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    per_node = ",".join(f"{c}(x{n})" if n > 1 else str(c) for c, n in runs)
+    tasks, nnodes = str(len(nodes)), str(len(names))
+    uniform = {"SLURM_NTASKS_PER_NODE": str(counts[0])} if len(set(counts)) == 1 else {}
+    return {**uniform, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(on_node.index(rank)),
+            "SLURM_NODEID": str(names.index(nodes[rank])),
+            "SLURM_GTIDS": ",".join(map(str, on_node)),
+            "SLURM_NTASKS": tasks, "SLURM_NPROCS": tasks, "SLURM_STEP_NUM_TASKS": tasks,
+            "SLURM_NNODES": nnodes, "SLURM_STEP_NUM_NODES": nnodes,
+            "SLURM_STEP_NODELIST": ",".join(names),
+            "SLURM_TASKS_PER_NODE": per_node, "SLURM_STEP_TASKS_PER_NODE": per_node}
 
 
 def gpu_share(visible: str | None, node: NodePlace, count: int | None) -> tuple[str, ...]:
