@@ -760,6 +760,37 @@ evaluations = 2
     assert sorted(found.epochs["epoch"].tolist()) == [0, 0, 1, 1, 2, 2]
 
 
+def test_torchrun_as_the_command_takes_the_workers_rendezvous_from_the_environment(tmp_path):
+    """Two one-rank workers on one host each start ``torchrun --nproc-per-node 2`` with no
+    flag of place: torchrun's own environment flags (``PET_*``) give its agent the worker's
+    nodes and the port the leader holds, so on a worker of one rank per node it spans them.
+    Here both workers' rendezvous listen at once, each on its own leader's port."""
+    config = f"""seed = 4
+[objective]
+command = [{TORCHRUN}, "--nproc-per-node", "2", "{COMMANDS}/agent_probe.py", "{{work_dir}}",
+           "{{x}}"]
+env = {{ OMP_NUM_THREADS = "1" }}
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+evaluations = 4
+"""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(write(tmp_path, config)),
+                        "--run-dir", str(run_dir), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ind, paths = open_run(run_dir).individuals, RunPaths(run_dir)
+    assert (ind["status"] == int(Status.OK)).all() and len(ind) == 4, ind["error"]
+    assert set(ind["worker"].tolist()) == {0, 1}
+    for ident in ind["id"].tolist():
+        for rank in (0, 1):
+            seen = json.loads(paths.work_dir(int(ident)).joinpath(f"rank{rank}.json").read_text())
+            assert seen["MASTER_PORT"] == seen["PET_MASTER_PORT"], seen  # the leader's port
+            assert (seen["GROUP_WORLD_SIZE"], seen["WORLD_SIZE"]) == ("1", "2")
+
+
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
     """Also: with GPUs per task, Slurm shows each rank its own alone, where ``cuda:LOCAL_RANK``
     of the worker's second rank named its own second GPU (with one per task: no device); its

@@ -13,6 +13,10 @@ Without them its ``MPI_Init`` starts a world of its own. The scheduler's job var
 script alone: a script that reads its rank from them before torchrun's (many SLURM recipes do)
 then joins the worker's world, where it took the job's rank in the job's world and hung.
 
+A command that is torchrun itself, on a worker of one rank per host, is that host's agent:
+torchrun's own environment flags (``PET_NNODES``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+``PET_MASTER_PORT``) place it among the worker's hosts, with its store on the leader's port.
+
 GPUs as torchrun gives them: every rank of the worker on a node sees the same list, the worker's
 GPUs on that node with each rank's first at its ``LOCAL_RANK``, so a script's ``cuda:LOCAL_RANK``
 is the GPU this rank would use for a Python objective (``evaluation.process_group.choose_device``).
@@ -84,7 +88,9 @@ def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: st
 def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str, ...] = (),
                        slurm_node: str | None = None) -> dict[str, str]:
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
-    host, with the leader's ``port``, ``CUDA_VISIBLE_DEVICES`` made of the GPU ``share``
+    host, with the leader's ``port``; where the worker has one rank per host, torchrun's own
+    flags (``PET_*``) for a torchrun started as the command; ``CUDA_VISIBLE_DEVICES`` made of
+    the GPU ``share``
     of each of the worker's ranks on this host when each has one, and Slurm's task variables
     for a step of the worker's ranks when the rank is a Slurm task (``slurm_node``: its node's
     Slurm name, None outside a task; collective on the worker's communicator)."""
@@ -98,13 +104,18 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str,
     gpus = worker_gpus([seen[r][2] for r in on_my_host])
     slurm = (slurm_step_variables([node or h for h, _, _, node in seen], rank)
              if any(node is not None for *_, node in seen) else {})
-    return {**({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}), **slurm,
+    address = "127.0.0.1" if len(hosts) == 1 else leader_host
+    group_rank, nodes = str(hosts.index(host)), str(len(hosts))
+    # One rank per host: a command that is torchrun itself is the host's agent, and takes its
+    # place among the worker's hosts from these (torchrun's flags given by the environment)
+    agent = ({"PET_NNODES": nodes, "PET_NODE_RANK": group_rank, "PET_MASTER_ADDR": address,
+              "PET_MASTER_PORT": str(port)} if len(hosts) == len(seen) else {})
+    return {**({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}), **slurm, **agent,
             "RANK": str(rank), "WORLD_SIZE": world,
             "LOCAL_RANK": str(on_my_host.index(rank)), "LOCAL_WORLD_SIZE": str(len(on_my_host)),
-            "GROUP_RANK": str(hosts.index(host)), "GROUP_WORLD_SIZE": str(len(hosts)),
+            "GROUP_RANK": group_rank, "GROUP_WORLD_SIZE": nodes,
             "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": world, "ROLE_NAME": "default",
-            "MASTER_ADDR": "127.0.0.1" if len(hosts) == 1 else leader_host,
-            "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id,
+            "MASTER_ADDR": address, "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id,
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
             "TORCHELASTIC_USE_AGENT_STORE": "False"}  # rank 0's script hosts the store
 
