@@ -232,6 +232,13 @@ def test_granted_gpus_torch_cannot_see_are_a_warning():
     assert rows[0].status == WARN and "CPU run" in rows[0].detail
 
 
+def test_ranks_slurm_granted_no_gpu_are_a_plain_cpu_run():
+    """Slurm writes ``NoDevFiles`` for "no GPU granted": no grant to warn about, nor a GPU that
+    ranks would share."""
+    rows = gpu_rows([{**view(r, "n1", None, visible="NoDevFiles"), "count": 0} for r in (0, 1)])
+    assert [(r.status, r.detail) for r in rows] == [(OK, "none visible: a CPU run (gloo)")]
+
+
 def test_two_ranks_granted_one_gpu_torch_cannot_see_say_they_would_share_it():
     """--gres=gpu:1 with 2 tasks on a node: each rank sees CUDA_VISIBLE_DEVICES=0; torch here
     sees no CUDA, so the run works on CPUs, but the warning says what CUDA would make of it."""

@@ -18,7 +18,7 @@ from atoll.engine.topology import Layout
 from atoll.errors import AtollError
 from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.plan import job_layout, run_budget
-from atoll.objectives.launch_env import worker_gpus
+from atoll.objectives.launch_env import listed_gpus, worker_gpus
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
@@ -103,7 +103,7 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
     """
     using = [v for v in views if v["device"] is not None]
     if not using:
-        granted = [v for v in views if v.get("visible")]
+        granted = [v for v in views if listed_gpus(v.get("visible"))]
         grants: dict[tuple[str, str], list[int]] = defaultdict(list)
         for v in granted:
             grants[(v["node"], v["visible"])].append(v["rank"])
@@ -113,7 +113,7 @@ def gpu_rows(views: Sequence[dict[str, Any]]) -> list[Row]:
                                     "they would share a GPU and the search would fail (one task "
                                     "per GPU, or --gpus-per-task=1)")
                   for (node, visible), ranks in grants.items()
-                  if len(ranks) > len([d for d in visible.split(",") if d.strip()])]
+                  if len(ranks) > len(listed_gpus(visible))]
         if granted:
             first = granted[0]
             return shared + [Row("GPUs", WARN,
@@ -173,7 +173,7 @@ def command_gpu_rows(seen: Sequence[tuple[int, str, tuple[str, ...]]]) -> list[R
 
 def _physical(view: dict[str, Any]) -> str:
     """A device's identity without a UUID: its entry in CUDA_VISIBLE_DEVICES, else its index."""
-    visible = [d for d in (view.get("visible") or "").split(",") if d]
+    visible = listed_gpus(view.get("visible"))
     index = view["device"]
     return visible[index] if index < len(visible) else str(index)
 

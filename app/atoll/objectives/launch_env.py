@@ -154,6 +154,12 @@ def slurm_step_variables(nodes: list[str], rank: int) -> dict[str, str]:
             "SLURM_TASKS_PER_NODE": per_node, "SLURM_STEP_TASKS_PER_NODE": per_node}
 
 
+def listed_gpus(visible: str | None) -> list[str]:
+    """The GPUs a ``CUDA_VISIBLE_DEVICES`` value lists, as it names them (none when unset)."""
+    listed = [entry.strip() for entry in (visible or "").split(",") if entry.strip()]
+    return [] if listed == ["NoDevFiles"] else listed  # Slurm's word for "no GPU granted"
+
+
 def gpu_share(visible: str | None, node: NodePlace, count: int | None) -> tuple[str, ...]:
     """This rank's GPUs as ``CUDA_VISIBLE_DEVICES`` names them, of those it sees
     (``visible``: its ``CUDA_VISIBLE_DEVICES``; when unset, the node's ``count``): all of them
@@ -161,12 +167,8 @@ def gpu_share(visible: str | None, node: NodePlace, count: int | None) -> tuple[
     ``node.ranks`` ranks share, every ``node.ranks``-th from the rank's own, so its first is
     the one a Python objective uses, and one (shared) when the node has as many ranks as GPUs
     or more. Empty without any."""
-    if visible is None:
-        listed = [str(index) for index in range(count or 0)]
-    else:
-        listed = [entry.strip() for entry in visible.split(",") if entry.strip()]
-        if listed == ["NoDevFiles"]:  # Slurm's word for "no GPU granted"
-            listed = []
+    listed = ([str(index) for index in range(count or 0)] if visible is None
+              else listed_gpus(visible))
     if not listed or not node.same_gpus:
         return tuple(listed)
     if node.ranks >= len(listed):
