@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 
@@ -411,7 +412,9 @@ def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, s
     """4 workers on 2 PBT islands, every result sent to the other island: each island fills
     its population (4) with members of its own, and the checkpoints left are its members' and
     a few more (each island's best ``keep``, each worker's next emigrant), not every copy that
-    ever arrived."""
+    ever arrived. Asked to move them, PBT islands copy their emigrants (one warning says so),
+    so a resume restores every member's lineage at home: moved, a member away at the stop
+    was restored only where it went, and its lineage ended at home."""
     config = tmp_path / "pbt.toml"
     config.write_text(PBT_ISLANDS_CONFIG.format(seed=seed))
     done = mpirun_atoll(4, "search", "-q", "--config", str(config), "--run-dir",
@@ -427,6 +430,16 @@ def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, s
     files = set(RunPaths(tmp_path / "run").checkpoint_files())
     assert lineages <= files and len(lineages) >= 8
     assert len(files - lineages) <= 2 * (1 + 2), sorted(files - lineages)
+    assert done.stderr.count("PBT island(s) 0, 1 copy their emigrants") == 1, done.stderr
+    individuals, migrations = read_history(tmp_path / "run", 1)
+    modes = {value: name for name, value in h5py.check_enum_dtype(migrations.dtype["mode"]).items()}
+    assert len(migrations) >= 60 and {modes[m] for m in migrations["mode"].tolist()} == \
+        {"pollination"}
+    for island in (0, 1):
+        restored = restore_population(individuals, migrations, open_run(tmp_path / "run").space,
+                                      plan_layout(4, 1, 2), island)
+        home = {i for i in lineages if rows[i]["island"] == island}
+        assert home <= {ind.id for ind in restored if ind.active}, island
 
 
 # -- atoll inspect names the lineage ----------------------------------------------------------

@@ -4,7 +4,7 @@ values their keys allow."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from atoll.config.frozen import FrozenMap
@@ -171,6 +171,11 @@ class MigrationConfig:
     def moves(self) -> bool:
         """Whether emigrants leave their island (migration) or are copied (pollination)."""
         return self.mode == "migration"
+
+    def for_island(self, strategy: str) -> MigrationConfig:
+        """What an island running ``strategy`` sends: a PBT island copies its emigrants, since
+        its members are lineages that train on at home (a move would end one there)."""
+        return replace(self, mode="pollination") if strategy == "pbt" else self
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
                      config_text: str = "") -> JobPlan:
     """``atoll search``: a new run, or the run in ``paths`` if it is the same search (a
     different ``search.evaluations`` then sets the run's new budget)."""
-    note_inheritance(config)
+    note_limits(config)
     if paths.run_file.exists():
         info = record.check_run(paths, config.space)
         _same_search(paths, info.config_table, config)
@@ -99,7 +99,7 @@ def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: in
                               f"{', '.join(JOB_KEYS)}; start a new run to change {key}")
     config = parse_config(apply_overrides(info.config_table, overrides))
     config = replace(config, objective=replace(config.objective, config_dir=info.config_dir))
-    note_inheritance(config)
+    note_limits(config)
     changed = "search.evaluations" in keys and config.search.evaluations != info.budget
     if changed and config.search.evaluations == 0:
         raise ConfigError("--set search.evaluations=0: a resume needs the run's new total "
@@ -165,10 +165,19 @@ def share(total: int, workers: int) -> list[int]:
     return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]
 
 
-def note_inheritance(config: Config) -> None:
-    """Say it when ``inherit.enabled`` cannot act on every candidate: CMA-ES samples its
-    candidates without parents, so they train from scratch."""
+def note_limits(config: Config) -> None:
+    """Say it when a setting cannot act everywhere: ``inherit.enabled`` on CMA-ES's candidates,
+    sampled without parents, which train from scratch; ``migration.mode = "migration"`` on PBT
+    islands, which copy their emigrants instead (``MigrationConfig.for_island``)."""
     islands = config.evolution.island_strategies or (config.evolution.strategy,)
+    pbt = [island for island in range(config.search.islands)
+           if config.evolution.strategy_of(island) == "pbt"]
+    if config.migration.moves and pbt and config.search.islands > 1 \
+            and config.migration.probability > 0:
+        log.warning("migration.mode = \"migration\": PBT island(s) %s copy their emigrants "
+                    "instead of moving them (pollination), so that each member trains on at "
+                    "home; set migration.mode = \"pollination\" to say so",
+                    ", ".join(map(str, pbt)))
     sampled = sorted({s for s in islands if s in ("cmaes", "hybrid")})
     if config.inherit.enabled and sampled:
         log.warning("inherit.enabled: the candidates CMA-ES samples (evolution strategy %s) "
