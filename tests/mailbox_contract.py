@@ -15,6 +15,9 @@ SPACE = Space.from_dict({"x": {"type": "float", "low": -1.0, "high": 1.0},
                          "act": {"type": "categorical", "choices": ["relu", "tanh"]}})
 
 
+CARRY_INDIVIDUALS = (Tag.MIGRANT, Tag.RESULT, Tag.STARTED)
+
+
 class Inbox:
     """What one leader received, in order, as plain JSON-able rows."""
 
@@ -38,7 +41,7 @@ def send_burst(mailbox: Mailbox, me: int, others: Sequence[int], burst: int,
         params = {"x": n / burst, "act": ("relu", "tanh")[n % 2]}
         ind = Individual(id=me * 1_000_000 + n, params=params, version=n % 5,
                          status=(Status.OK, Status.FAILED)[n % 2])
-        mailbox.send_individual(Tag.RESULT if n % 2 else Tag.MIGRANT, ind, others)
+        mailbox.send_individual(CARRY_INDIVIDUALS[n % 3], ind, others)
         if n % 3 == 0:
             mailbox.send_deactivate(me * 1_000_000 + n, n % 5, others)
         if n % 50 == 0:
@@ -62,6 +65,6 @@ def check_received(received: Sequence[Sequence[Sequence[Any]]], leaders: int,
                 ident = source * 1_000_000 + n
                 assert positions[(False, ident)] < positions[(True, ident)]
             for n, m in enumerate(individuals):
-                assert m[1] == ("MIGRANT", "RESULT")[n % 2]
+                assert m[1] == CARRY_INDIVIDUALS[n % 3].name
                 assert m[3] == n / burst and m[4] == ("relu", "tanh")[n % 2]
                 assert m[5] == ("OK", "FAILED")[n % 2] and m[6] == n % 5

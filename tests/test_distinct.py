@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -66,6 +67,44 @@ def test_an_island_evaluates_no_candidate_twice_where_its_strategy_would(strateg
 def test_workers_of_an_island_repeat_none_of_the_results_they_learned():
     """A partner's candidate counts once its result arrived (here: before the next breed)."""
     assert repeats(evaluated("ga", True, seed=1, workers=3, per_worker=20)) == 0
+
+
+def overlapping(seed: int, announce: bool, workers: int = 3, per_worker: int = 30
+                ) -> list[Individual]:
+    """An island whose workers' evaluations overlap: each worker's evaluation begins the next
+    worker's step (take in, breed, evaluate) before it ends, so a partner breeds while the
+    candidate is in flight. ``announce``: the workers tell each other what they begin."""
+    post = MemoryPost(workers)
+    recorders = [MemoryRecorder() for _ in range(workers)]
+    generation = 0
+
+    def evaluate_after_next(worker: int) -> Callable[[Individual], None]:
+        def evaluate_mine(ind: Individual) -> None:
+            if worker + 1 < workers:
+                made[worker + 1].step(generation)
+            evaluate(ind)
+        return evaluate_mine
+
+    breeders = [Distinct(island_strategy(INTS, 0, workers, EvolutionConfig(strategy="ga")), w)
+                for w in range(workers)]
+    made = [IslandLoop(layout=Layout(workers, 1, 1), worker=w, mailbox=post.mailbox(w),
+                       strategy=breeders[w], evaluate=evaluate_after_next(w),
+                       recorder=recorders[w], migration=MigrationConfig(),
+                       rng=breeding_rng(seed, 0, w),
+                       hear_started=breeders[w].started if announce else None)
+            for w in range(workers)]
+    for generation in range(per_worker):
+        made[0].step(generation)
+    return sorted((i for r in recorders for i in r.individuals), key=lambda i: i.id)
+
+
+def test_workers_do_not_evaluate_a_candidate_a_partner_is_evaluating():
+    """A partner's candidate counts as it begins (its ``STARTED`` message), not only as its
+    result arrives: without the message, workers breed what a partner is training."""
+    seeds = range(10)
+    assert sum(repeats(overlapping(s, announce=False)) for s in seeds) > 0
+    for seed in seeds:
+        assert repeats(overlapping(seed, announce=True)) == 0
 
 
 def test_a_continuation_goes_through_even_though_its_parameters_are_known():

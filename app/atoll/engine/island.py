@@ -136,7 +136,8 @@ class IslandLoop:
                  migration: MigrationConfig, rng: random.Random, id_base: int = 0,
                  population: Population | None = None,
                  listeners: Sequence[Callable[[Individual], None]] = (),
-                 curves: Curves | None = None, holds: Holds | None = None) -> None:
+                 curves: Curves | None = None, holds: Holds | None = None,
+                 hear_started: Callable[[Individual], None] | None = None) -> None:
         self.layout = layout
         self.worker = worker
         self.island = layout.island_of_worker(worker)
@@ -147,6 +148,9 @@ class IslandLoop:
         """Hear each result of this job the island learns, once, after the strategy."""
         self.curves = curves
         self.holds = holds
+        self.hear_started = hear_started
+        """Hears each candidate a partner begins to evaluate; when set, this loop tells its
+        partners of its own as it begins them (``Tag.STARTED``)."""
         self.evaluate = evaluate
         self.recorder = recorder
         self.migration = migration
@@ -204,6 +208,8 @@ class IslandLoop:
         (benchmarks/sequential_side.py)."""
         self.take_in()
         ind = self._breed(generation)
+        if self.hear_started is not None and self.peers:
+            self.mailbox.send_individual(Tag.STARTED, ind, self.peers)
         self.evaluate(ind)
         if generation == 0:
             self.stats.first_evaluation = ind.started
@@ -258,6 +264,9 @@ class IslandLoop:
         elif tag == Tag.CURVE:
             if self.curves is not None:
                 self.curves.hear(*payload)
+        elif tag == Tag.STARTED:
+            if self.hear_started is not None:
+                self.hear_started(payload)
         else:
             self._learn(payload)
             if tag == Tag.MIGRANT and self.holds is not None:

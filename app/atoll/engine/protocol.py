@@ -34,6 +34,7 @@ class Tag(IntEnum):
     MIGRANT = 2  # an individual arriving on another island (moved or copied)
     DEACTIVATE = 3  # an individual that left this island: mark that copy inactive
     CURVE = 4  # part of a completed individual's per-epoch metric, for the island's schedulers
+    STARTED = 5  # a candidate a partner began to evaluate: not a result, so none breeds it too
 
 
 # The wire format of an individual: little-endian, packed, the individual's FIELDS in their

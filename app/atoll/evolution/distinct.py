@@ -11,8 +11,10 @@ repeat only when every try was one (a small space, or a population converged on 
 one warning per worker).
 
 Known means told: every result of the island this worker learned (restored ones at the start,
-migrants, paused and failed ones too). A partner's candidate still being evaluated is not
-known yet, so two workers may still pick the same one at once. An island whose children
+migrants, paused and failed ones too), and every candidate a partner began to evaluate
+(``started``: the island loop passes on what partners announce), so two workers do not train
+the same candidate at once but when both breed it within one message's flight. An island whose
+children
 inherit weights (``inherit.enabled``, PBT) keeps its repeats: a child with its parent's
 parameters trains on from the parent's weights, which repeats nothing.
 """
@@ -51,6 +53,10 @@ class Distinct:
 
     def __repr__(self) -> str:
         return f"Distinct({self.strategy!r})"
+
+    def started(self, candidate: Individual) -> None:
+        """A partner began to evaluate ``candidate``: it is known from now on."""
+        self._known.add(parameters_key(candidate.params))
 
     def tell(self, result: Individual) -> None:
         self._known.add(parameters_key(result.params))

@@ -55,6 +55,7 @@ from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier
 from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
 from atoll.record.models import TopWeights, prune_to_top
 from atoll.scheduling.worker import WorkerScheduling
+from atoll.space import FloatParam
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -294,35 +295,41 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
                           population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
                           pbt=config.evolution.strategy_of(island) == "pbt")
     retention.adopt(population)
+    strategy, hear_started = _strategy(config, paths, topo, pruning, waiting, paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        strategy=_strategy(config, paths, topo, pruning, waiting, paused),
+        strategy=strategy,
         evaluate=hand_out_and_evaluate, recorder=log_file,
         migration=config.migration.for_island(config.evolution.strategy_of(island)),
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
                    retention.learn],
-        curves=pruning, holds=retention)
+        curves=pruning, holds=retention, hear_started=hear_started)
     return Leader(loop, link, log_file, evaluator)
 
 
 def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
               pruning: WorkerScheduling | None, waiting: Sequence[Individual],
-              paused: Sequence[Individual]) -> Strategy:
+              paused: Sequence[Individual]
+              ) -> tuple[Strategy, Callable[[Individual], None] | None]:
     """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
     the island's paused individuals, then the island's breeding, which breeds again rather
-    than repeat an evaluated candidate unless children inherit weights."""
+    than repeat an evaluated candidate unless children inherit weights; and where it may
+    repeat one a partner is evaluating (a space with ints or choices), what hears those."""
     strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
                                          config.inherit, config.pbt, topo.worker,
                                          partial=config.pruning.rungs)
+    hear_started = None
     if not config.inherits:
         strategy = Distinct(strategy, topo.worker)
+        if any(not isinstance(param, FloatParam) for param in config.space.params):
+            hear_started = strategy.started  # floats almost never repeat: no message for them
     if pruning is not None and pruning.rungs is not None:
         strategy = PromoteFirst(strategy, pruning.rungs,
                                 lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
-    return ContinueFirst(strategy, waiting) if waiting else strategy
+    return (ContinueFirst(strategy, waiting) if waiting else strategy), hear_started
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
