@@ -19,12 +19,14 @@ import pytest
 from atoll.config import config_to_dict, parse_config
 from atoll.engine.topology import NodePlace
 from atoll.errors import ConfigError
+from atoll.exit_codes import EXIT_GAVE_UP
 from atoll.individual import Status
 from atoll.objectives.child import _started
 from atoll.objectives.launch_env import (
     SLURM_TASK_VARIABLES,
     gpu_share,
     slurm_step_variables,
+    starts_torchrun,
     worker_gpus,
 )
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
@@ -239,8 +241,9 @@ def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     ind = open_run(run_dir).individuals
     assert ind["status"].tolist() == [int(Status.FAILED)]
-    assert str(ind["error"][0]).endswith(
-        "; rank 2: CommandFailed: the command of worker rank 1 failed"), ind["error"][0]
+    assert str(ind["error"][0]) == (  # the same error of two ranks said once
+        "ranks 0, 2: CommandFailed: the command of worker rank 1 failed; rank 1: CommandFailed: "
+        "the command exited with code 3; its stderr ended with: starting --crash-rank1")
 
 
 @pytest.mark.parametrize(("mode", "result", "aborted"), [
@@ -789,6 +792,47 @@ evaluations = 4
             seen = json.loads(paths.work_dir(int(ident)).joinpath(f"rank{rank}.json").read_text())
             assert seen["MASTER_PORT"] == seen["PET_MASTER_PORT"], seen  # the leader's port
             assert (seen["GROUP_WORLD_SIZE"], seen["WORLD_SIZE"]) == ("1", "2")
+
+
+@pytest.mark.parametrize("command", [["torchrun"], ["/opt/bin/torchrun", "--standalone"],
+                                     ["{python}", "-m", "torch.distributed.run"],
+                                     ["python", "-u", "-m", "torch.distributed.launch"]])
+def test_torchrun_is_known_however_it_is_started(command):
+    assert starts_torchrun(command)
+
+
+@pytest.mark.parametrize("command", [["{python}", "train.py"], ["sh", "-c", "exec torchrun x"],
+                                     ["python", "-m", "train", "torch.distributed.run"]])
+def test_a_script_is_not_torchrun(command):
+    assert not starts_torchrun(command)
+
+
+def test_torchrun_on_a_worker_with_two_ranks_on_a_node_fails_with_what_to_do(tmp_path):
+    """Each rank would start a torchrun of its own, every one training the individual alone
+    on the node: the individual fails with the line the doctor shows, and the job gives up."""
+    config = f"""[objective]
+command = [{TORCHRUN}, "--nproc-per-node", "2", "{COMMANDS}/agent_probe.py", "{{work_dir}}",
+           "{{x}}"]
+[space.x]
+type = "float"
+low = 0.0
+high = 1.0
+[search]
+ranks_per_worker = 2
+evaluations = 4
+give_up_after = 2
+"""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(2, "search", "-q", "--config", str(write(tmp_path, config)),
+                        "--run-dir", str(run_dir), timeout=120)
+    assert done.returncode == EXIT_GAVE_UP, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
+    assert {e.decode() if isinstance(e, bytes) else e for e in ind["error"].tolist()} == {
+        "ranks 0-1: CommandFailed: objective.command is torchrun, the launcher of a node's "
+        "processes, but the worker has 2 ranks on 1 node(s): each rank would start a torchrun "
+        "of its own; run one Atoll rank per node (srun --ntasks-per-node=1), or set "
+        "search.ranks_per_worker = 1"}
 
 
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from atoll.errors import ranks_text
+from atoll.exit_codes import EXIT_BAD_INPUT
 from atoll.job.doctor_checks import (
     FAIL,
     OK,
@@ -16,9 +18,9 @@ from atoll.job.doctor_checks import (
     gpu_rows,
     lock_rows,
     paused_checkpoint_rows,
-    ranks_text,
     render,
     space_rows,
+    torchrun_rows,
 )
 from conftest import MPIRUN, ROOT, atoll_cmd, mpi_env, mpirun_cmd, run
 
@@ -268,6 +270,30 @@ def test_command_gpus_list_each_workers_gpus_or_say_why_not():
     rows = command_gpu_rows([(0, "n1", ("0",)), (0, "n1", ("0",)), (1, "n1", ("1",))])
     assert [r.status for r in rows] == [WARN, OK] and rows[0].detail.startswith("workers 0:")
     assert command_gpu_rows([(0, "n1", ()), (1, "n1", ())])[0].detail.endswith("run on CPUs")
+
+
+def test_torchrun_as_the_command_needs_one_rank_of_each_worker_per_node():
+    rows = torchrun_rows([(0, "n1", ()), (0, "n2", ()), (1, "n1", ()), (1, "n2", ())])
+    assert [r.status for r in rows] == [OK]
+    rows = torchrun_rows([(0, "n1", ()), (0, "n1", ()), (1, "n2", ()), (1, "n2", ()),
+                          (2, "n3", ())])
+    assert [r.status for r in rows] == [FAIL]
+    assert rows[0].detail.startswith("objective.command is torchrun, the launcher of a node's "
+                                      "processes, but worker 0 has 2 ranks on 1 node(s) "
+                                      "(workers 0-1 alike): each rank would start"), rows[0]
+
+
+def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path):
+    """What the search would fail every individual for, the doctor says before it starts."""
+    config = tmp_path / "torchrun.toml"
+    config.write_text('[objective]\ncommand = ["torchrun", "--nproc-per-node", "2", '
+                      '"train.py"]\n[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
+                      "[search]\nranks_per_worker = 2\n")
+    done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config)))
+    assert done.returncode == EXIT_BAD_INPUT, done.stdout + done.stderr
+    assert rows_of(done.stdout)["command"] == [FAIL], done.stdout
+    assert "worker 0 has 2 ranks on 1 node(s): each rank would start a torchrun of its own" \
+        in flat(done.stdout), done.stdout
 
 
 def test_a_filesystem_without_locks_says_what_to_set():

@@ -1,6 +1,7 @@
 """Errors that reach the user as one clear line (the CLI prints them and exits 2)."""
 
 import shlex
+from collections.abc import Sequence
 
 
 def described(exc: BaseException) -> str:
@@ -15,6 +16,17 @@ def suggested(*words: object) -> str:
     directories with spaces): ``'atoll resume runs/a'``, ``"atoll resume 'runs/my run'"``."""
     text = shlex.join(str(word) for word in words)
     return f'"{text}"' if "'" in text else f"'{text}'"
+
+
+def ranks_text(ranks: Sequence[int]) -> str:
+    """``0-3, 8, 10-11``: consecutive ranks as ranges; long lists shortened in the middle."""
+    parts: list[str] = []
+    for rank in sorted(ranks):
+        if parts and parts[-1].split("-")[-1] == str(rank - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{rank}"
+        else:
+            parts.append(str(rank))
+    return ", ".join(parts if len(parts) <= 8 else [*parts[:3], "...", *parts[-2:]])
 
 
 class AtollError(Exception):

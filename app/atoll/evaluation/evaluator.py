@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from atoll.errors import ranks_text
 from atoll.evaluation.call import ERROR_CHARS, Objective, cut, evaluate
 from atoll.evaluation.context import EpochSink, WeightSink, WorkerServices
 from atoll.evaluation.metric_check import MetricCheck
@@ -118,9 +119,14 @@ class WorkerEvaluator:
         timeout too). The process group may be out of step then: it is rebuilt on next use.
         """
         errors = self.services.comm.allgather(ind.error if ind.status == Status.FAILED else "")
-        failed = [f"rank {rank}: {error}" for rank, error in enumerate(errors) if error]
-        if not failed:
+        ranks_of: dict[str, list[int]] = {}  # each error once, with the ranks that had it
+        for rank, error in enumerate(errors):
+            if error:
+                ranks_of.setdefault(error, []).append(rank)
+        if not ranks_of:
             return
+        failed = [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}: {error}"
+                  for error, ranks in ranks_of.items()]
         if failed != [f"rank 0: {ind.error}"]:
             error = cut("; ".join(failed), 2 * ERROR_CHARS)
             ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, error

@@ -45,10 +45,11 @@ from atoll.job.doctor_checks import (
     paused_checkpoint_rows,
     render,
     space_rows,
+    torchrun_rows,
 )
 from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, run_budget
 from atoll.job.preflight import preflight
-from atoll.objectives.launch_env import gpu_share, nvidia_gpu_count
+from atoll.objectives.launch_env import gpu_share, nvidia_gpu_count, starts_torchrun
 from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
 from atoll.record.checkpoints import checkpoint_bytes
@@ -198,7 +199,7 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
         rows = [r for r in rows if r.check != "budget"]
     rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
     if config.objective.command and layout is not None:
-        rows += _command_gpus(comm, layout, place)
+        rows += _command_gpus(comm, layout, place, starts_torchrun(config.objective.command))
     rows += _process_groups(comm, config, layout, place, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
@@ -298,13 +299,17 @@ def _rows_or_errors(gathered: list[Any] | None, check: Callable[[list[dict[str, 
     return errors[:4] + check([g for g in gathered if not isinstance(g, Row)])
 
 
-def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace) -> list[Row]:
+def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace, torchrun: bool
+                  ) -> list[Row]:
     """The GPUs each worker's command will see, shared out as a search shares them (by host
-    name, as the command's environment is made)."""
+    name, as the command's environment is made); for a command that is torchrun itself,
+    whether each worker has one rank per node."""
     share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), place, nvidia_gpu_count())
     worker = layout.worker_of_rank(comm.Get_rank())
     seen = comm.gather((worker, socket.gethostname(), share), root=0)
-    return command_gpu_rows(seen or []) if comm.Get_rank() == 0 else []
+    if seen is None:  # not the root
+        return []
+    return command_gpu_rows(seen) + (torchrun_rows(seen) if torchrun else [])
 
 
 def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, place: NodePlace,

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -83,6 +84,26 @@ def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: st
                 env["SLURM_NTASKS_PER_NODE"] = per_node
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
         yield env
+
+
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def starts_torchrun(command: Sequence[str]) -> bool:
+    """Whether the command is torchrun itself (``torchrun ...``, ``python -m
+    torch.distributed.run ...``): the launcher of a node's processes."""
+    head = list(command[:4])
+    pairs = zip(head, head[1:], strict=False)
+    return bool(head) and (Path(head[0]).name == "torchrun" or any(
+        flag == "-m" and module in TORCHRUN_MODULES for flag, module in pairs))
+
+
+def crowded_torchrun(where: str) -> str:
+    """What is wrong when torchrun is the command of a worker with two ranks on a node
+    (``where``: which worker has how many ranks on how many nodes)."""
+    return (f"objective.command is torchrun, the launcher of a node's processes, but {where}: "
+            "each rank would start a torchrun of its own; run one Atoll rank per node (srun "
+            "--ntasks-per-node=1), or set search.ranks_per_worker = 1")
 
 
 def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str, ...] = (),
