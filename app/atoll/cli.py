@@ -314,7 +314,8 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
     with budget left; the objective's import on every rank and its preflight; the rank layout),
     failing with the line the search would print; then the MPI ranks and hosts, each worker's
     torch process group (built, with a timed all_reduce), the GPU of every rank (for a command
-    objective: the GPUs each worker's commands see), HDF5 locking and free space in the run
+    objective: the GPUs each worker's commands see, and for torchrun as the command, one rank
+    of each worker per node), HDF5 locking and free space in the run
     directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
     allowed), 2 a check failed (the search would fail here) or bad input; the same on every rank.
 
