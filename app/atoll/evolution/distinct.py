@@ -14,9 +14,8 @@ Known means told: every result of the island this worker learned (restored ones 
 migrants, paused and failed ones too), and every candidate a partner began to evaluate
 (``started``: the island loop passes on what partners announce), so two workers do not train
 the same candidate at once but when both breed it within one message's flight. An island whose
-children
-inherit weights (``inherit.enabled``, PBT) keeps its repeats: a child with its parent's
-parameters trains on from the parent's weights, which repeats nothing.
+children inherit weights (``inherit.enabled``, PBT) keeps its repeats: a child with its
+parent's parameters trains on from the parent's weights, which repeats nothing.
 """
 
 from __future__ import annotations

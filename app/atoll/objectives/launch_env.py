@@ -111,10 +111,10 @@ def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str,
     """torchrun's variables for this rank in a world of the worker's ranks, one agent per
     host, with the leader's ``port``; where the worker has one rank per host, torchrun's own
     flags (``PET_*``) for a torchrun started as the command; ``CUDA_VISIBLE_DEVICES`` made of
-    the GPU ``share``
-    of each of the worker's ranks on this host when each has one, and Slurm's task variables
-    for a step of the worker's ranks when the rank is a Slurm task (``slurm_node``: its node's
-    Slurm name, None outside a task; collective on the worker's communicator)."""
+    the GPU ``share`` of each of the worker's ranks on this host when each has one; and
+    Slurm's task variables for a step of the worker's ranks when the rank is a Slurm task
+    (``slurm_node``: its node's Slurm name, None outside a task). Collective on the worker's
+    communicator."""
     rank, host = comm.Get_rank(), socket.gethostname()
     seen: list[tuple[str, int, tuple[str, ...], str | None]] = comm.allgather(
         (host, port, share, slurm_node))
