@@ -19,7 +19,7 @@ import pytest
 from atoll.config import config_to_dict, parse_config
 from atoll.engine.topology import NodePlace
 from atoll.errors import ConfigError
-from atoll.exit_codes import EXIT_GAVE_UP
+from atoll.exit_codes import EXIT_BAD_INPUT
 from atoll.individual import Status
 from atoll.objectives.child import _started
 from atoll.objectives.launch_env import (
@@ -788,28 +788,27 @@ def test_a_script_is_not_torchrun(command):
     assert not starts_torchrun(command)
 
 
-def test_torchrun_on_a_worker_with_two_ranks_on_a_node_fails_with_what_to_do(tmp_path):
+def test_torchrun_on_a_worker_with_two_ranks_on_a_node_is_refused_at_the_start(tmp_path):
     """Each rank would start a torchrun of its own, every one training the individual alone
-    on the node: the individual fails with the line the doctor shows, and the job gives up."""
+    on the node: the job refuses to start with the line the doctor shows, and writes nothing."""
     config = f"""[objective]
 command = [{TORCHRUN}, "--nproc-per-node", "2", "{COMMANDS}/agent_probe.py", "{{work_dir}}",
            "{{x}}"]
 {X_SPACE}[search]
 ranks_per_worker = 2
 evaluations = 4
-give_up_after = 2
 """
     run_dir = tmp_path / "run"
     done = mpirun_atoll(2, "search", "-q", "--config", str(write(tmp_path, config)),
                         "--run-dir", str(run_dir), timeout=120)
-    assert done.returncode == EXIT_GAVE_UP, done.stderr[-3000:]
-    ind = open_run(run_dir).individuals
-    assert (ind["status"] == int(Status.FAILED)).all() and len(ind) == 2
-    assert {e.decode() if isinstance(e, bytes) else e for e in ind["error"].tolist()} == {
-        "ranks 0-1: CommandFailed: objective.command is torchrun, the launcher of a node's "
-        "processes, but the worker has 2 ranks on 1 node(s): each rank would start a torchrun "
-        "of its own; run one Atoll rank per node (srun --ntasks-per-node=1), or set "
-        "search.ranks_per_worker = 1"}
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("atoll: error: ")]
+    assert said == [
+        "atoll: error: objective.command is torchrun, the launcher of a node's processes, but "
+        "worker 0 has 2 ranks on 1 node(s): each rank would start a torchrun of its own; run one "
+        "Atoll rank per node (srun --ntasks-per-node=1), or set search.ranks_per_worker = 1"], \
+        done.stderr
+    assert "Traceback" not in done.stderr and not run_dir.exists()
 
 
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):

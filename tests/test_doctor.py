@@ -20,8 +20,8 @@ from atoll.job.doctor_checks import (
     paused_checkpoint_rows,
     render,
     space_rows,
-    torchrun_rows,
 )
+from atoll.objectives.launch_env import torchrun_crowding
 from conftest import MPIRUN, ROOT, atoll_cmd, mpi_env, mpirun_cmd, run
 
 SPHERE = str(ROOT / "examples" / "sphere.toml")
@@ -273,20 +273,19 @@ def test_command_gpus_list_each_workers_gpus_or_say_why_not():
 
 
 def test_torchrun_as_the_command_needs_one_rank_of_each_worker_per_node():
-    rows = torchrun_rows([(0, "n1", ()), (0, "n2", ()), (1, "n1", ()), (1, "n2", ())])
-    assert [r.status for r in rows] == [OK]
-    rows = torchrun_rows([(0, "n1", ()), (0, "n1", ()), (1, "n2", ()), (1, "n2", ()),
-                          (2, "n3", ())])
-    assert [r.status for r in rows] == [FAIL]
-    assert rows[0].detail.startswith("objective.command is torchrun, the launcher of a node's "
-                                      "processes, but worker 0 has 2 ranks on 1 node(s) "
-                                      "(workers 0-1 alike): each rank would start"), rows[0]
+    assert torchrun_crowding([(0, "n1"), (0, "n2"), (1, "n1"), (1, "n2")]) == ""
+    said = torchrun_crowding([(0, "n1"), (0, "n1"), (1, "n2"), (1, "n2"), (2, "n3")])
+    assert said.startswith("objective.command is torchrun, the launcher of a node's processes, "
+                           "but worker 0 has 2 ranks on 1 node(s) (workers 0-1 alike): each "
+                           "rank would start"), said
 
 
 def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path):
-    """What the search would fail every individual for, the doctor says before it starts."""
+    """What the search refuses to start for, the doctor says with the search's line; with one
+    rank per worker the row passes."""
     config = tmp_path / "torchrun.toml"
-    config.write_text('[objective]\ncommand = ["torchrun", "--nproc-per-node", "2", '
+    config.write_text('[objective]\ncommand = ["{python}", "-m", "torch.distributed.run", '
+                      '"--nproc-per-node", "2", '
                       '"train.py"]\n[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
                       "[search]\nranks_per_worker = 2\n")
     done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config)))
@@ -294,6 +293,13 @@ def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path
     assert rows_of(done.stdout)["command"] == [FAIL], done.stdout
     assert "worker 0 has 2 ranks on 1 node(s): each rank would start a torchrun of its own" \
         in flat(done.stdout), done.stdout
+    # the search refuses with this line (test_command), so the doctor says it as the refusal
+    assert "atoll: error: objective.command is torchrun, the launcher of a node's processes, " \
+        "but worker 0 has 2 ranks on 1 node(s)" in done.stderr, done.stderr
+    done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config), "--set",
+                          "search.ranks_per_worker=1"))
+    assert rows_of(done.stdout)["command"] == [OK], done.stdout + done.stderr
+    assert "atoll: error" not in done.stderr, done.stderr
 
 
 def test_a_filesystem_without_locks_says_what_to_set():

@@ -311,13 +311,13 @@ def doctor(config_path: Path | None, run_dir: Path | None, overrides: Sequence[s
     """Check an allocation before a search: launch it exactly like the search.
 
     Checks what the search checks before it starts (the run directory: new, or the same search
-    with budget left; the objective's import on every rank and its preflight; the rank layout),
-    failing with the line the search would print; then the MPI ranks and hosts, each worker's
-    torch process group (built, with a timed all_reduce), the GPU of every rank (for a command
-    objective: the GPUs each worker's commands see, and for torchrun as the command, one rank
-    of each worker per node), HDF5 locking and free space in the run
-    directory. Rank 0 prints a table. Exit codes: 0 ready (warnings
-    allowed), 2 a check failed (the search would fail here) or bad input; the same on every rank.
+    with budget left; the objective's import on every rank and its preflight; the rank layout;
+    for torchrun as the command, one rank of each worker per node), failing with the line the
+    search would print; then the MPI ranks and hosts, each worker's torch process group (built,
+    with a timed all_reduce), the GPU of every rank (for a command objective: the GPUs each
+    worker's commands see), HDF5 locking and free space in the run directory. Rank 0 prints a
+    table. Exit codes: 0 ready (warnings allowed), 2 a check failed (the search would fail
+    here) or bad input; the same on every rank.
 
     \b
     Example (with fewer cores than ranks, as on a laptop: add --oversubscribe):

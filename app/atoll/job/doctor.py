@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +45,9 @@ from atoll.job.doctor_checks import (
     paused_checkpoint_rows,
     render,
     space_rows,
-    torchrun_rows,
 )
 from atoll.job.plan import JobPlan, budget_spent, plan_new_or_same, run_budget
-from atoll.job.preflight import preflight
+from atoll.job.preflight import check_torchrun_layout, preflight
 from atoll.objectives.launch_env import gpu_share, nvidia_gpu_count, starts_torchrun
 from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
@@ -194,12 +193,12 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
         rank, node, place, config.distributed.backend, torch_present)), root=0)
     if rank == 0:
         rows += _rows_or_errors(cpus, cpu_rows) + _rows_or_errors(gpus, gpu_rows)
-    searched = _search_rows(comm, config, run_dir)
+    searched = _search_rows(comm, config, run_dir, layout, hosts)
     if rank == 0 and any(r.check == "budget" for r in searched):  # the run's, not a new one's
         rows = [r for r in rows if r.check != "budget"]
     rows += [r for r in searched if r not in rows]  # a bad layout is a layout row already
     if config.objective.command and layout is not None:
-        rows += _command_gpus(comm, layout, place, starts_torchrun(config.objective.command))
+        rows += _command_gpus(comm, layout, place)
     rows += _process_groups(comm, config, layout, place, torch_present)
     if run_dir is not None:
         rows += _filesystem(comm, config, layout, run_dir, hosts)
@@ -215,9 +214,11 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
 
 # --- what the search checks before its job begins ------------------------------------------
 
-def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[Row]:
+def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None, layout: Layout | None,
+                 hosts: Sequence[str]) -> list[Row]:
     """The search's own checks, in its order and with its functions: the plan (run directory,
-    budget, layout) on rank 0, the objective's import on every rank, its preflight on rank 0.
+    budget, layout) on rank 0, the objective's import on every rank, its preflight on rank 0,
+    for torchrun as the command one rank of each worker per node (``hosts``: each rank's).
     A failed row's detail is the line the search prints when it refuses to start (rows on
     rank 0 only)."""
     rank = comm.Get_rank()
@@ -234,7 +235,18 @@ def _search_rows(comm: MPI.Comm, config: Config, run_dir: Path | None) -> list[R
     has = "its preflight passed" if hasattr(loaded[0], "preflight") else "it has no preflight"
     made = "set up" if config.objective.command else "imported"  # a command imports nothing
     return [*planned, Row("objective", FAIL, error) if error else
-            Row("objective", OK, f"{config.objective.name}: {made} on every rank; {has}")]
+            Row("objective", OK, f"{config.objective.name}: {made} on every rank; {has}"),
+            *_torchrun_rows(config, layout, hosts)]
+
+
+def _torchrun_rows(config: Config, layout: Layout | None, hosts: Sequence[str]) -> list[Row]:
+    """For torchrun as the command: whether each worker has one rank per node."""
+    if layout is None or not starts_torchrun(config.objective.command):
+        return []
+    error = _refusal(lambda: check_torchrun_layout(config, layout, hosts))
+    return [Row("command", FAIL, error) if error else
+            Row("command", OK, "torchrun as the command: one rank of each worker per node, "
+                               "each torchrun told its node's place (PET_*)")]
 
 
 def _plan_rows(config: Config, run_dir: Path | None, world_size: int) -> list[Row]:
@@ -299,17 +311,15 @@ def _rows_or_errors(gathered: list[Any] | None, check: Callable[[list[dict[str, 
     return errors[:4] + check([g for g in gathered if not isinstance(g, Row)])
 
 
-def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace, torchrun: bool
-                  ) -> list[Row]:
+def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace) -> list[Row]:
     """The GPUs each worker's command will see, shared out as a search shares them (by host
-    name, as the command's environment is made); for a command that is torchrun itself,
-    whether each worker has one rank per node."""
+    name, as the command's environment is made)."""
     share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), place, nvidia_gpu_count())
     worker = layout.worker_of_rank(comm.Get_rank())
     seen = comm.gather((worker, socket.gethostname(), share), root=0)
     if seen is None:  # not the root
         return []
-    return command_gpu_rows(seen) + (torchrun_rows(seen) if torchrun else [])
+    return command_gpu_rows(seen)
 
 
 def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, place: NodePlace,

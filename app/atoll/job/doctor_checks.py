@@ -7,7 +7,7 @@ sees and the collective run are in :mod:`atoll.job.doctor`.
 from __future__ import annotations
 
 import textwrap
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from atoll.engine.topology import Layout
 from atoll.errors import AtollError, ranks_text
 from atoll.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from atoll.job.plan import job_layout, run_budget
-from atoll.objectives.launch_env import crowded_torchrun, listed_gpus, worker_gpus
+from atoll.objectives.launch_env import listed_gpus, worker_gpus
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 LOCK_VARIABLE = "HDF5_USE_FILE_LOCKING"
@@ -158,21 +158,6 @@ def command_gpu_rows(seen: Sequence[tuple[int, str, tuple[str, ...]]]) -> list[R
         rows.append(Row("command GPUs", OK, "CUDA_VISIBLE_DEVICES of each worker's commands, "
                                             f"each rank's first at its LOCAL_RANK: {shown}"))
     return rows
-
-
-def torchrun_rows(seen: Sequence[tuple[int, str, tuple[str, ...]]]) -> list[Row]:
-    """For a command that is torchrun itself: one rank of each worker per node, from every
-    rank's (worker, node, GPU share)."""
-    ranks = Counter(worker for worker, _, _ in seen)
-    nodes = Counter(worker for worker, _ in {(worker, node) for worker, node, _ in seen})
-    crowded = [worker for worker in sorted(ranks) if ranks[worker] > nodes[worker]]
-    if crowded:
-        first = crowded[0]
-        return [Row("command", FAIL, crowded_torchrun(
-            f"worker {first} has {ranks[first]} ranks on {nodes[first]} node(s)"
-            + (f" (workers {ranks_text(crowded)} alike)" if len(crowded) > 1 else "")))]
-    return [Row("command", OK, "torchrun as the command: one rank of each worker per node, "
-                               "each torchrun told its node's place (PET_*)")]
 
 
 def _physical(view: dict[str, Any]) -> str:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from atoll.config import Config
-from atoll.errors import AtollError, ObjectiveError, described
+from atoll.engine.topology import Layout
+from atoll.errors import AtollError, LayoutError, ObjectiveError, described
 from atoll.evaluation.call import Objective
+from atoll.objectives.launch_env import starts_torchrun, torchrun_crowding
 from atoll.objectives.loader import check_preflight
 
 
@@ -23,3 +27,14 @@ def preflight(objective: Objective, config: Config) -> None:
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - bad input
         raise ObjectiveError(f"objective.name: the preflight of {name!r} failed with "
                              f"{described(exc)}") from None
+
+
+def check_torchrun_layout(config: Config, layout: Layout, hosts: Sequence[str]) -> None:
+    """Refuse torchrun as the command of a worker with two ranks on a node, where each rank
+    would start a torchrun of its own (``hosts``: each world rank's host, in rank order)."""
+    if not starts_torchrun(config.objective.command):
+        return
+    crowding = torchrun_crowding([(layout.worker_of_rank(rank), host)
+                                  for rank, host in enumerate(hosts)])
+    if crowding:
+        raise LayoutError(crowding)

@@ -47,7 +47,7 @@ from atoll.job.plan import (
     plan_resume,
     share,
 )
-from atoll.job.preflight import preflight
+from atoll.job.preflight import check_torchrun_layout, preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, promotion
@@ -135,6 +135,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
                           results_file=written, exit_code=0)
     objective = on_all(comm, lambda: objective_of(config, paths.run_dir))
     on_root(comm, lambda: preflight(objective, config))
+    on_root(comm, lambda: check_torchrun_layout(config, draft.layout, hosts))
     job = on_root(comm, lambda: _begin(paths, draft, hosts, t0, objective))
     topo = build_topology(comm, job.layout)
     with rank_log(paths.log_file(job.job, comm.Get_rank()), rank=comm.Get_rank(),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from atoll.errors import ObjectiveError, described
 from atoll.objectives.child import Child, ChildError
-from atoll.objectives.launch_env import command_environment, crowded_torchrun, starts_torchrun
+from atoll.objectives.launch_env import command_environment
 from atoll.objectives.lines import BadLine, Lines, ResultsFile
 from atoll.record.links import holds_files, link_tree
 from atoll.record.paths import RunPaths
@@ -90,7 +90,6 @@ class CommandObjective:
         self.results = objective.results
         self.inherits = config.inherits  # bred children may start from a parent's files
         self.paths = RunPaths(run_dir.resolve())  # the command runs in another directory
-        self.torchrun = starts_torchrun(self.command)
 
     def preflight(self, options: Mapping[str, Any], data_dir: str | None,
                   parameter_names: Any) -> None:
@@ -112,9 +111,6 @@ class CommandObjective:
             with _own_deadline(), command_environment(
                     os.environ, ctx.comm, f"atoll-ind{ctx.individual_id}",
                     ctx.node) as env:
-                if self.torchrun and env["WORLD_SIZE"] != env["GROUP_WORLD_SIZE"]:
-                    raise CommandFailed(crowded_torchrun(
-                        f"the worker has {ctx.size} ranks on {env['GROUP_WORLD_SIZE']} node(s)"))
                 return self._run(params, env, ctx, resume or offered)
         finally:
             if offered is not None and ctx.is_leader:

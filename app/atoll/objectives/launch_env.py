@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import os
 import socket
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from atoll.errors import ranks_text
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -104,6 +107,20 @@ def crowded_torchrun(where: str) -> str:
     return (f"objective.command is torchrun, the launcher of a node's processes, but {where}: "
             "each rank would start a torchrun of its own; run one Atoll rank per node (srun "
             "--ntasks-per-node=1), or set search.ranks_per_worker = 1")
+
+
+def torchrun_crowding(placed: Sequence[tuple[int, str]]) -> str:
+    """'' if every worker has at most one rank per node, else what is wrong for torchrun as
+    the command (``placed``: each rank's worker and node)."""
+    ranks = Counter(worker for worker, _ in placed)
+    nodes = Counter(worker for worker, _ in set(placed))
+    crowded = [worker for worker in sorted(ranks) if ranks[worker] > nodes[worker]]
+    if not crowded:
+        return ""
+    first = crowded[0]
+    return crowded_torchrun(f"worker {first} has {ranks[first]} ranks on {nodes[first]} "
+                            "node(s)" + (f" (workers {ranks_text(crowded)} alike)"
+                                         if len(crowded) > 1 else ""))
 
 
 def torchrun_variables(comm: MPI.Comm, port: int, run_id: str, share: tuple[str, ...] = (),
