@@ -606,6 +606,9 @@ CASES = [
     Case("inspect_of_a_foreign_dir", INSPECT,
          "atoll: error: {run_dir}: not an Atoll run (no run.h5, worker files or results.h5)",
          setup=foreign_files),
+    Case("inspect_of_a_missing_dir", INSPECT,
+         "atoll: error: {run_dir}: no such file or directory; give the directory of an Atoll run "
+         "(or its results.h5)"),
     # damaged, newer and mismatched files
     Case("truncated_run_file", RESUME,
          "atoll: error: {run_dir}/run.h5: damaged or not an HDF5 file (Unable to synchronously "

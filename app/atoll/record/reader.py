@@ -94,6 +94,9 @@ class RunData:
 def open_run(run_dir: str | Path) -> RunData:
     """Read a run directory (or a ``results.h5`` file given directly)."""
     path = Path(run_dir)
+    if not path.exists():
+        raise RecordError(f"{path}: no such file or directory; give the directory of an Atoll "
+                          "run (or its results.h5)")
     if path.is_file():
         return _read_results(path)
     paths = RunPaths(path)

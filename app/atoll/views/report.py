@@ -134,9 +134,6 @@ def run_report(run_dir: Path, out: Path | None, *, top: int, csv_files: bool, js
     """``atoll report``: check everything that can fail before writing, write, say what."""
     from atoll.record.reader import open_run
 
-    if not run_dir.exists():
-        raise RecordError(f"{run_dir}: no such file or directory; give the directory of an "
-                          "Atoll run (or its results.h5)")
     run = open_run(run_dir)
     if plots:
         check_plotting()
