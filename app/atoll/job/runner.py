@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from atoll import record
 from atoll.collective import on_all, on_root
 from atoll.config import Config, config_to_dict
-from atoll.engine.giving_up import GAVE_UP, FailureWatch, commonest_error
+from atoll.engine.giving_up import GAVE_UP, FailureWatch
 from atoll.engine.island import Budget, IslandLoop, breeding_rng
 from atoll.engine.lone_failure import end_every_rank
 from atoll.engine.paused import paused_on, paused_rows, to_resume, without_checkpoint
@@ -26,19 +26,17 @@ from atoll.engine.protocol import Codec, MpiMailbox
 from atoll.engine.restore import restore_population, to_continue
 from atoll.engine.stopping import (
     DISK_FULL,
-    WALL_TIME,
     StopFlag,
 )
 from atoll.engine.topology import Topology, build_topology
 from atoll.engine.worker import Follower, Leader, WorkerLink
-from atoll.errors import RecordError, suggested
 from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.distinct import Distinct
 from atoll.evolution.strategy import ContinueFirst, PromoteFirst, Strategy
-from atoll.exit_codes import EXIT_DISK_FULL, EXIT_GAVE_UP, EXIT_STOPPED
 from atoll.individual import FINISHED, Individual, Status
+from atoll.job.ending import exit_code_said, finish_job, refuse_if_taken_over, results_now
 from atoll.job.plan import (
     JobPlan,
     budget_spent,
@@ -52,8 +50,8 @@ from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, promotion
 from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
-from atoll.record.claim import CLAIM_LOST, STALE_AFTER, Claim, claim, still_held
-from atoll.record.models import TopWeights, prune_to_top
+from atoll.record.claim import CLAIM_LOST, Claim, claim, still_held
+from atoll.record.models import TopWeights
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import FloatParam
 
@@ -129,7 +127,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
     config = draft.config
     if draft.nothing_left:
         log.warning("%s", budget_spent(paths.run_dir, draft))
-        written = on_root(comm, lambda: _results_now(paths))
+        written = on_root(comm, lambda: results_now(paths))
         return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
                           objective_seconds=0.0, first_evaluation_seconds=0.0,
                           results_file=written, exit_code=0)
@@ -163,59 +161,21 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
                     end_every_rank(comm, error, paths.run_dir)
         finally:
             stopped = stop.close()
-        _refuse_if_taken_over(comm, paths, held)
+        refuse_if_taken_over(comm, paths, held)
         wall = time.time() - start
         gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
         disk_full = next((m for m in comm.allgather(full.seen()) if m), "")
         gave_up = any(reason == GAVE_UP for reason in comm.allgather(stop.reason))
-        exit_code = _ending(paths, job, sum(s.completed for s in gathered), disk_full,
+        exit_code = exit_code_said(paths, job, sum(s.completed for s in gathered), disk_full,
                             GAVE_UP if gave_up else stop.reason if stopped else "", start, comm)
         results, exit_code, disk_full = on_root(
-            comm, lambda: _finish(paths, job.job, exit_code, config, disk_full))
+            comm, lambda: finish_job(paths, job.job, exit_code, config, disk_full))
     return JobSummary(
         run_dir=paths.run_dir, job=job.job, evaluations=sum(s.evaluations for s in gathered),
         wall_seconds=wall, objective_seconds=sum(s.objective_seconds for s in gathered),
         first_evaluation_seconds=min((s.first_evaluation for s in gathered if s.evaluations),
                                      default=start) - t0,
         results_file=results, exit_code=exit_code, disk_full=disk_full)
-
-
-def _ending(paths: record.RunPaths, job: JobPlan, completed: int, disk_full: str, stopped: str,
-            start: float, comm: MPI.Comm) -> int:
-    """The job's exit code, said in one line: why it stopped and what continues it."""
-    done = job.done + completed
-    resume = suggested("atoll", "resume", paths.run_dir)
-    if disk_full:
-        log.warning("job stopped: %s; the rows written before are kept: free some space, "
-                    "then resume with %s (exit code %d)", disk_full, resume, EXIT_DISK_FULL)
-        return EXIT_DISK_FULL
-    if stopped == GAVE_UP:
-        if comm.Get_rank() == 0:
-            rows = record.read_completed(paths.run_dir)
-            mine = rows[(rows["started"] >= start) & (rows["status"] == int(Status.FAILED))]
-            error, times, failed = commonest_error(str(e) for e in mine["error"])
-            log.error("job stopped: %d evaluations failed and none of the run's succeeded; the "
-                      "commonest error (%d of %d): %s. Fix the objective, then %s continues "
-                      "this run (search.give_up_after = 0 never gives up; exit code %d)",
-                      failed, times, failed, error, resume, EXIT_GAVE_UP)
-        return EXIT_GAVE_UP
-    exit_code = 0 if done >= job.budget else EXIT_STOPPED
-    if stopped or exit_code:
-        log.warning("job stopped early (%s): %d of %d evaluations done; exit code %d, resume "
-                    "with %s", stopped or WALL_TIME, done, job.budget, exit_code, resume)
-    return exit_code
-
-
-def _refuse_if_taken_over(comm: MPI.Comm, paths: record.RunPaths,
-                          held: Sequence[Claim]) -> None:
-    """End a job whose claim another job took over (collective): its rows are in its own
-    worker files, but its end would write run.h5 and results.h5 beside the other job."""
-    holder = comm.bcast(next((c.lost_to for c in held if c.lost_to), ""), root=0)
-    if holder:
-        raise RecordError(
-            f"{paths.run_dir}: another job ({holder}) took over this run directory while this "
-            f"job ran (its claim looked gone: unrefreshed for {STALE_AFTER:g} s, or deleted); "
-            "this job stopped, its evaluations are kept, and the run goes on in the other job")
 
 
 def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,
@@ -360,48 +320,6 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     succeeded = bool((individuals["status"] == int(Status.OK)).any())
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
                               topo.island), waiting, paused, succeeded
-
-
-def _finish(paths: record.RunPaths, job: int, exit_code: int, config: Config,
-            disk_full: str) -> tuple[Path | None, int, str]:
-    """Rank 0 closes the job: its end in run.h5, results.h5, and the run's top weights.
-    Returns results.h5 (None if not written), the job's exit code and where the disk was full.
-
-    run.h5 records the job's end after results.h5 is written: a job killed or failing while
-    consolidating stays recorded as running, and a full disk there makes its code
-    EXIT_DISK_FULL (never success). A full disk in run.h5 itself leaves the job recorded as
-    running, as after a kill.
-    """
-    results: Path | None = None
-    stop = time.time()
-    try:
-        try:
-            results = record.consolidate(paths, ending=(job, stop, exit_code))
-        except full.DiskFull as exc:
-            exit_code = EXIT_DISK_FULL
-            log.warning("results.h5 not written: %s; free some space, then %s writes it (exit "
-                        "code %d)", exc, suggested("atoll", "resume", paths.run_dir), exit_code)
-            disk_full = disk_full or str(exc)
-        record.end_job(paths, job, stop=stop, exit_code=exit_code)
-    except full.DiskFull as exc:
-        return None, EXIT_DISK_FULL, disk_full or str(exc)
-    if paths.model_files():
-        prune_to_top(paths, record.read_completed(paths.run_dir), config.record.top_models)
-    return results, exit_code, disk_full
-
-
-def _results_now(paths: record.RunPaths) -> Path:
-    """results.h5 of a run whose budget is spent, written again if it is missing, damaged or
-    older than a worker file (the last job met a full disk writing it)."""
-    target = paths.results_file
-    damage = record.results_problem(paths, "writing it again from the worker files") \
-        if paths.worker_files() else ""
-    if damage:
-        log.warning("%s", damage)
-    if damage or not target.exists() or any(w.stat().st_mtime_ns > target.stat().st_mtime_ns
-                                            for w in paths.worker_files()):
-        record.consolidate(paths)
-    return target
 
 
 def _hostname() -> str:
