@@ -317,9 +317,7 @@ def _command_gpus(comm: MPI.Comm, layout: Layout, place: NodePlace) -> list[Row]
     share = gpu_share(os.environ.get("CUDA_VISIBLE_DEVICES"), place, nvidia_gpu_count())
     worker = layout.worker_of_rank(comm.Get_rank())
     seen = comm.gather((worker, socket.gethostname(), share), root=0)
-    if seen is None:  # not the root
-        return []
-    return command_gpu_rows(seen)
+    return command_gpu_rows(seen or []) if comm.Get_rank() == 0 else []
 
 
 def _process_groups(comm: MPI.Comm, config: Config, layout: Layout | None, place: NodePlace,
