@@ -126,11 +126,7 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
     draft = on_root(comm, plan)
     config = draft.config
     if draft.nothing_left:
-        log.warning("%s", budget_spent(paths.run_dir, draft))
-        written = on_root(comm, lambda: results_now(paths))
-        return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
-                          objective_seconds=0.0, first_evaluation_seconds=0.0,
-                          results_file=written, exit_code=0)
+        return _nothing_to_run(paths, draft, comm)
     objective = on_all(comm, lambda: objective_of(config, paths.run_dir))
     on_root(comm, lambda: preflight(objective, config))
     on_root(comm, lambda: check_torchrun_layout(config, draft.layout, hosts))
@@ -178,6 +174,15 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         results_file=results, exit_code=exit_code, disk_full=disk_full)
 
 
+def _nothing_to_run(paths: record.RunPaths, plan: JobPlan, comm: MPI.Comm) -> JobSummary:
+    """A run whose budget is spent runs no job: it says so, and writes results.h5 if missing."""
+    log.warning("%s", budget_spent(paths.run_dir, plan))
+    written = on_root(comm, lambda: results_now(paths))
+    return JobSummary(run_dir=paths.run_dir, job=-1, evaluations=0, wall_seconds=0.0,
+                      objective_seconds=0.0, first_evaluation_seconds=0.0, results_file=written,
+                      exit_code=0)
+
+
 def _begin(paths: record.RunPaths, plan: JobPlan, hosts: list[str], start: float,
            objective: Objective) -> JobPlan:
     """The first write of a job: create the run if new (or record its new budget), then add
@@ -216,12 +221,8 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         topo.world, lambda: _restored(plan, paths, topo, checkpoints) if topo.is_leader
         else (None, [], [], False))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
-    log_file = on_all(topo.world, lambda: record.WorkerLog(
-        paths.worker_file(job, topo.worker), config.space, job=job, worker=topo.worker,
-        flush_interval=config.record.flush_interval, run_id=plan.run_id,
-        # rows of a job whose claim another job took over must not reach the run
-        may_write=lambda: not claimed or still_held(paths.run_dir, claimed))
-        if topo.is_leader else None)
+    log_file = on_all(topo.world, lambda: _worker_log(plan, paths, topo, claimed)
+                      if topo.is_leader else None)
     keeper = TopWeights(paths, config.record.top_models) if topo.is_leader else None
     evaluator = WorkerEvaluator.for_job(
         config, objective, topo.worker_comm, node=topo.node,
@@ -248,26 +249,43 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         if pruning is not None:
             pruning.finished(ind)
 
-    island = topo.island
     population = population if population is not None else Population()
-    emigrants = config.migration.migrants if topo.layout.islands > 1 and \
-        config.migration.probability > 0 else 0
-    retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
-                          population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
-                          pbt=config.evolution.strategy_of(island) == "pbt")
-    retention.adopt(population)
+    retention = _retention(config, checkpoints, population, job, topo)
     strategy, hear_started = _strategy(config, paths, topo, pruning, waiting, paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
-        strategy=strategy,
-        evaluate=hand_out_and_evaluate, recorder=log_file,
-        migration=config.migration.for_island(config.evolution.strategy_of(island)),
+        strategy=strategy, evaluate=hand_out_and_evaluate, recorder=log_file,
+        migration=config.migration.for_island(config.evolution.strategy_of(topo.island)),
         rng=breeding_rng(config.seed, job, topo.worker), id_base=plan.next_id,
         population=population,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
                    retention.learn],
         curves=pruning, holds=retention, hear_started=hear_started)
     return Leader(loop, link, log_file, evaluator)
+
+
+def _worker_log(plan: JobPlan, paths: record.RunPaths, topo: Topology,
+                claimed: str) -> record.WorkerLog:
+    """The worker's log file of this job, which writes nothing once another job has taken the
+    run's claim over (its rows must not reach the run)."""
+    config = plan.config
+    return record.WorkerLog(
+        paths.worker_file(plan.job, topo.worker), config.space, job=plan.job,
+        worker=topo.worker, flush_interval=config.record.flush_interval, run_id=plan.run_id,
+        may_write=lambda: not claimed or still_held(paths.run_dir, claimed))
+
+
+def _retention(config: Config, checkpoints: CheckpointStore, population: Population, job: int,
+               topo: Topology) -> Retention:
+    """Which checkpoints the leader keeps: those children may inherit from, and its
+    emigrants' while they travel; it adopts what the restored population holds."""
+    emigrants = config.migration.migrants if topo.layout.islands > 1 and \
+        config.migration.probability > 0 else 0
+    retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
+                          population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
+                          pbt=config.evolution.strategy_of(topo.island) == "pbt")
+    retention.adopt(population)
+    return retention
 
 
 def _strategy(config: Config, paths: record.RunPaths, topo: Topology,

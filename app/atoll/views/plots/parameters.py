@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,39 +185,13 @@ def parallel_figure(run: RunData) -> Figure | str:
     ax = fig.subplots()
     stopped = {status: run.individuals[run.individuals["status"] == int(status)]
                for status in (Status.PRUNED, Status.FAILED)}
-    columns = []
-    scales = []
-    for x, param in zip(xs, params, strict=False):
-        points = [_value(param, v) for v in shown[param.name]]
-        everyone = points + [_value(param, v) for rows in stopped.values()
-                             for v in rows[param.name]]
-        scale = _AxisScale(param, everyone)
-        scales.append(scale)
-        columns.append([scale.position(v) for v in points])
-        for value in scale.ticks(everyone):
-            label = f"{value:.3g}" if isinstance(value, float) else str(value)
-            ax.text(x - 0.04, scale.position(value), label, ha="right", va="center",
-                    fontsize="small", zorder=4,
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1, "alpha": 0.8})
+    columns, scales = _parameter_columns(ax, xs[:-1], params, shown, stopped)
     losses = values(run, shown["loss"])
     log = spans_decades(losses)
     lo, hi = float(losses.min()), float(losses.max())
-    if hi > lo:
-        scaled = (np.log(losses / lo) / math.log(hi / lo)) if log else (losses - lo) / (hi - lo)
-    else:
-        scaled = np.full(len(losses), 0.5)
-    ys = np.column_stack([*columns, scaled])
     norm = LogNorm(lo, hi) if log and hi > lo else Normalize(lo, hi if hi > lo else lo + 1)
     order = np.argsort(-shown["loss"], kind="stable")  # the best drawn last, on top
-    colours = colormaps["viridis"](norm(losses[order]))
-    many = len(shown) > 200
-    if many:  # thin and faint, but the best 50 stay strong on top
-        colours[:, 3] = np.where(np.arange(len(order)) >= len(order) - 50, 0.9, 0.2)
-    else:
-        colours[:, 3] = 0.8
-    lines = LineCollection([np.column_stack([xs, ys[i]]) for i in order], colors=colours,
-                           linewidths=0.5 if many else 1.3)
-    ax.add_collection(lines)
+    _best_lines(ax, xs, columns, losses, order, norm, log)
     _stopped_lines(ax, stopped, scales, xs[:-1], len(best))
     _loss_ticks(ax, xs[-1], lo, hi, log)
     ax.vlines(xs, 0, 1, color="black", linewidth=0.8)
@@ -236,6 +211,47 @@ def parallel_figure(run: RunData) -> Figure | str:
                  f"(coloured); {len(stopped[Status.PRUNED])} pruned, "
                  f"{len(stopped[Status.FAILED])} failed")
     return fig
+
+
+def _parameter_columns(ax: Any, xs: np.ndarray, params: Sequence[Param], shown: np.ndarray,
+                       stopped: dict[Status, np.ndarray]
+                       ) -> tuple[list[list[float]], list[_AxisScale]]:
+    """Each parameter's axis, scaled to the values of the shown and the stopped evaluations
+    and labelled at its ticks: the shown evaluations' positions on it, and its scale."""
+    columns, scales = [], []
+    for x, param in zip(xs, params, strict=True):
+        points = [_value(param, v) for v in shown[param.name]]
+        everyone = points + [_value(param, v) for rows in stopped.values()
+                             for v in rows[param.name]]
+        scale = _AxisScale(param, everyone)
+        scales.append(scale)
+        columns.append([scale.position(v) for v in points])
+        for value in scale.ticks(everyone):
+            label = f"{value:.3g}" if isinstance(value, float) else str(value)
+            ax.text(x - 0.04, scale.position(value), label, ha="right", va="center",
+                    fontsize="small", zorder=4,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1, "alpha": 0.8})
+    return columns, scales
+
+
+def _best_lines(ax: Any, xs: np.ndarray, columns: list[list[float]], losses: np.ndarray,
+                order: np.ndarray, norm: Normalize, log: bool) -> None:
+    """One line per shown evaluation, its value on the last axis and coloured by it, drawn
+    in ``order``; thin and faint when many, but the last 50 drawn stay strong."""
+    lo, hi = float(losses.min()), float(losses.max())
+    if hi > lo:
+        scaled = (np.log(losses / lo) / math.log(hi / lo)) if log else (losses - lo) / (hi - lo)
+    else:
+        scaled = np.full(len(losses), 0.5)
+    ys = np.column_stack([*columns, scaled])
+    colours = colormaps["viridis"](norm(losses[order]))
+    many = len(losses) > 200
+    if many:
+        colours[:, 3] = np.where(np.arange(len(order)) >= len(order) - 50, 0.9, 0.2)
+    else:
+        colours[:, 3] = 0.8
+    ax.add_collection(LineCollection([np.column_stack([xs, ys[i]]) for i in order],
+                                     colors=colours, linewidths=0.5 if many else 1.3))
 
 
 def parallel_coordinates(run: RunData, out: Path, top: int) -> Plot | str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.colors import to_rgb
@@ -37,39 +38,13 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
     ax = fig.subplots()
     for row, worker in enumerate(workers):
         mine = timed[timed["worker"] == worker]
-        mine = mine[np.argsort(mine["started"], kind="stable")]
-        # Back-to-back evaluations of one status alternate two shades, so each bar shows.
-        shade = np.arange(len(mine)) % 2 == 1
-        for status, colour in STATUS_COLOURS.items():
-            for alternate in (False, True):
-                these = mine[(mine["status"] == int(status)) & (shade == alternate)]
-                if len(these):
-                    spans = list(zip((these["started"] - t0) / divisor,
-                                     (these["finished"] - these["started"]) / divisor,
-                                     strict=True))
-                    tone = _lighter(colour) if alternate else colour
-                    ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=tone, edgecolors=tone,
-                                   linewidth=0.4)
-        for phase, spans in phase_spans(mine, windows).items():
-            colour, hatch, _ = PHASES[phase]
-            ax.broken_barh([((a - t0) / divisor, (b - a) / divisor) for a, b in spans],
-                           (row - 0.35, 0.7), facecolors=colour, edgecolors="0.4", hatch=hatch,
-                           linewidth=0.4)
-        ax.text(1.01, row, _busy_text(shares(mine, windows)), transform=ax.get_yaxis_transform(),
-                va="center", fontsize="small")
+        _worker_row(ax, row, mine[np.argsort(mine["started"], kind="stable")], windows, t0,
+                    divisor)
     gaps = list(zip([stop for _, stop, _ in windows[:-1]],
                     [start for start, _, _ in windows[1:]], strict=True))
     for stop, start in gaps:
         ax.axvspan((stop - t0) / divisor, (start - t0) / divisor, color=GAP_COLOUR, zorder=0)
-    present = {Status(int(s)) for s in np.unique(timed["status"])}
-    handles = [Patch(color=colour, label=status.name.lower())
-               for status, colour in STATUS_COLOURS.items() if status in present]
-    handles += [Patch(facecolor=colour, edgecolor="0.4", hatch=hatch, linewidth=0.4, label=text)
-                for colour, hatch, text in PHASES.values()]
-    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5,
-                         label="idle (gap)"))
-    if gaps:
-        handles.append(Patch(color=GAP_COLOUR, label="no job running"))
+    handles = _legend({Status(int(s)) for s in np.unique(timed["status"])}, bool(gaps))
     ax.set_yticks(range(len(workers)), [f"worker {int(w)}" for w in workers])
     ax.set_ylim(len(workers) - 0.5, -0.5)
     ax.set_xlim(0, (end - t0) / divisor)
@@ -87,6 +62,42 @@ def timeline(run: RunData, out: Path, top: int) -> Plot | str:
                  "others finished theirs). White gaps are idle time. Right: each worker's "
                  "shares of the wall time of the jobs it worked in (time between jobs does not "
                  "count).")
+
+
+def _worker_row(ax: Any, row: int, mine: np.ndarray, windows: list[Window], t0: float,
+                divisor: float) -> None:
+    """One worker's bars (its evaluations in the order they started), its start-up and
+    wind-down, and its shares of the time on the right."""
+    # Back-to-back evaluations of one status alternate two shades, so each bar shows.
+    shade = np.arange(len(mine)) % 2 == 1
+    for status, colour in STATUS_COLOURS.items():
+        for alternate in (False, True):
+            these = mine[(mine["status"] == int(status)) & (shade == alternate)]
+            if len(these):
+                spans = list(zip((these["started"] - t0) / divisor,
+                                 (these["finished"] - these["started"]) / divisor, strict=True))
+                tone = _lighter(colour) if alternate else colour
+                ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=tone, edgecolors=tone,
+                               linewidth=0.4)
+    for phase, spans in phase_spans(mine, windows).items():
+        colour, hatch, _ = PHASES[phase]
+        ax.broken_barh([((a - t0) / divisor, (b - a) / divisor) for a, b in spans],
+                       (row - 0.35, 0.7), facecolors=colour, edgecolors="0.4", hatch=hatch,
+                       linewidth=0.4)
+    ax.text(1.01, row, _busy_text(shares(mine, windows)), transform=ax.get_yaxis_transform(),
+            va="center", fontsize="small")
+
+
+def _legend(present: set[Status], gaps: bool) -> list[Patch]:
+    handles = [Patch(color=colour, label=status.name.lower())
+               for status, colour in STATUS_COLOURS.items() if status in present]
+    handles += [Patch(facecolor=colour, edgecolor="0.4", hatch=hatch, linewidth=0.4, label=text)
+                for colour, hatch, text in PHASES.values()]
+    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5,
+                         label="idle (gap)"))
+    if gaps:
+        handles.append(Patch(color=GAP_COLOUR, label="no job running"))
+    return handles
 
 
 def worker_shares(run: RunData) -> dict[int, dict[str, float]]:
