@@ -104,6 +104,7 @@ def test_the_verdicts_follow_the_curves():
     assert rows[0].atoll == "never" and [r.passed for r in rows] == [False, False]
 
 
+@pytest.mark.slow  # a training search under mpirun
 def test_a_tiny_search_counts_the_epochs_its_record_holds(tmp_path):
     config = reuse.write_config(tmp_path, "digits", epochs=2)
     path = reuse.search(tmp_path / "run", config, 1, ["search.evaluations=3"], ranks=2)

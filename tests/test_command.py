@@ -717,6 +717,7 @@ ACROSS_NODES = ('"sh", "-c", "exec {python} -m torch.distributed.run --nnodes $G
                 '--node-rank $GROUP_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT')
 
 
+@pytest.mark.slow  # torchrun agents under mpirun
 @pytest.mark.parametrize("launch", [TORCHRUN, ACROSS_NODES], ids=["one node", "across nodes"])
 def test_a_command_may_be_torchrun_itself_on_a_worker_of_one_rank(tmp_path, launch):
     """A user's launch line as it is: torchrun starts the script's 2 processes, whose rank 0's
@@ -748,6 +749,7 @@ evaluations = 2
     assert sorted(found.epochs["epoch"].tolist()) == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.slow  # torchrun agents under mpirun
 def test_torchrun_as_the_command_takes_the_workers_rendezvous_from_the_environment(tmp_path):
     """Two one-rank workers on one host each start ``torchrun --nproc-per-node 2`` with no
     flag of place: torchrun's own environment flags (``PET_*``) give its agent the worker's
@@ -828,6 +830,7 @@ def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tm
     assert len(granted) == 1 and len(set(granted.pop().split(","))) == 4, views
 
 
+@pytest.mark.slow  # srun of two nodes and a gloo group per worker
 def test_under_srun_a_script_that_reads_slurm_procid_joins_its_workers_world(slurm, tmp_path):
     """Many SLURM recipes take a DDP rank and world from ``SLURM_PROCID`` and ``SLURM_NTASKS``.
     Inherited, they named the job's: the second worker's scripts took ranks 2 and 3 of a

@@ -179,6 +179,7 @@ def test_an_objective_that_does_not_import_fails_on_every_rank_with_the_search_l
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # a search and three doctors under mpirun
 def test_a_different_search_and_a_spent_budget_fail_with_the_search_line(tmp_path):
     run_dir = str(tmp_path / "r")
     base = ["--config", SPHERE, "--run-dir", run_dir, "--set", "search.islands=1",

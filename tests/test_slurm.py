@@ -176,6 +176,7 @@ def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
         assert '"n1"' in job["hosts"].decode() or "n2" in log
 
 
+@pytest.mark.slow  # a batch job of two nodes
 def test_the_gpu_script_runs_a_command_whose_ranks_each_see_their_own_gpu_at_local_rank(
         slurm, tmp_path):
     """single-node-gpu.sbatch with a command objective, 2 fake GPUs, one worker of 2 ranks:
@@ -289,6 +290,7 @@ def test_submit_runs_the_site_setup_in_the_job_only(slurm, tmp_path):
     assert calls and all(c.isdigit() for c in calls), calls  # never "login": not at submit
 
 
+@pytest.mark.slow  # srun of two nodes
 def test_doctor_under_srun_across_both_nodes(slurm, tmp_path):
     env = job_env(slurm)
     cwd = like_the_checkout(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import atoll
 from atoll.individual import Status
@@ -94,6 +95,7 @@ def test_a_weights_file_keeps_its_text_fixed_length(tmp_path):
     assert load_state_dict(path)["a/b"].dtype == torch.bfloat16
 
 
+@pytest.mark.slow  # a command search of many evaluations
 def test_a_command_searchs_best_keep_their_scripts_checkpoint_directories(tmp_path):
     """A script keeps its own checkpoint (examples/train_script.py: state.npz after each
     epoch); the directories of the run's best top_models are kept in models/, the others go
