@@ -33,7 +33,7 @@ run: $(STAMP)
 	$(MPIRUN) -n $(RANKS) $(BIN)/atoll search --run-dir $(RUN_DIR)
 
 # The suite in two parts, both run by CI (.ci/run): `make test` leaves out the tests marked slow
-# (SLURM chains, long searches, a real Spack), `make test-slow` runs only those. pytest's exit
+# (SLURM chains, long searches, torchrun agents, a real Spack), `make test-slow` runs only those. pytest's exit
 # code 5 (no test selected) is no failure: a part may be empty.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" || [ $$? -eq 5 ]
