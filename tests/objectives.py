@@ -139,6 +139,22 @@ def checkpointed(params: Mapping[str, Any], ctx: Any) -> float:
     return float(len(trained))
 
 
+def quick_then_still(params: Mapping[str, Any], ctx: Any) -> float:
+    """Even ids: :func:`checkpointed`. Odd ids: work that reports no epoch (so nothing flushes
+    the record meanwhile), marked by ``options.trace``/still-ID, until ``options.trace``/go
+    exists."""
+    from pathlib import Path
+
+    if ctx.individual_id % 2 == 0:
+        return checkpointed(params, ctx)
+    trace = Path(ctx.options["trace"])
+    (trace / f"still-{ctx.individual_id}").touch()
+    deadline = time.monotonic() + 120
+    while not (trace / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return 1.0
+
+
 def lineage_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """``options.epochs`` (2) epochs from scratch, or numbered on from the checkpoint it
     inherits (as the classifier does), or continued from its own; val_loss = x0**2 + 1 /

@@ -44,9 +44,11 @@ def island(store: CheckpointStore, worker: int, keep: int = 1, job: int = 0,
 
 
 def finish(retention: Retention, population: Population, ind: Individual) -> None:
+    """``ind`` completes, its island learns it, and its row reaches the record."""
     retention.finished(ind)
     population.learn(ind)
     retention.learn(ind)
+    retention.written([ind.id])
 
 
 def arrive(retention: Retention, population: Population, ind: Individual) -> None:

@@ -168,13 +168,17 @@ def test_retention_keeps_the_island_best_and_deletes_the_rest_as_they_drop_out(t
         kept.finished(ind)
         population.learn(ind)
         kept.learn(ind)
+        kept.written([ident])
     assert sorted(store.paths.checkpoint_files()) == [1, 3]
     failed = result(4, math.nan, 0, status=Status.FAILED)
     saved(store, 4)
     kept.finished(failed)
+    assert 4 in store.paths.checkpoint_files()  # until its row is in the record
+    kept.written([4])
     assert 4 not in store.paths.checkpoint_files()
     off = Retention(store, keep=0, ranked=population.ranked, job=0, worker=0, grace=0.0)
     off.finished(result(1, 0.4, 0))
+    off.written([1])
     assert sorted(store.paths.checkpoint_files()) == [3]
 
 
@@ -190,6 +194,7 @@ def test_retention_keeps_pbt_members_until_they_are_replaced(tmp_path):
         kept.finished(ind)
         population.learn(ind)
         kept.learn(ind)
+        kept.written([ind.id])
     assert sorted(store.paths.checkpoint_files()) == [0, 2]  # 1 was trained on by 2
 
 

@@ -284,6 +284,30 @@ def test_results_of_an_earlier_atoll_read_with_each_rows_duration(tmp_path: Path
 
 
 @pytest.mark.skipif(shutil.which("h5ls") is None, reason="h5ls is not installed")
+def test_results_h5_has_one_writer_at_a_time(tmp_path: Path, space: Space) -> None:
+    """``atoll consolidate`` beside a job that is writing results.h5 (and its end in run.h5)
+    waits for it, where both used to write one temporary file at once (one of them then failed
+    its rename, and could have moved the other's half-written file in place)."""
+    import fcntl
+
+    paths = fill_run(tmp_path, space)
+    with open(paths.results_lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a job's end holds it
+        writer = subprocess.Popen([sys.executable, "-m", "atoll", "consolidate",
+                                   str(paths.run_dir)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not any("->" in line and f" {writer.pid} " in line
+                      for line in Path("/proc/locks").read_text().splitlines()):
+            assert writer.poll() is None, writer.communicate()  # it must not write meanwhile
+            assert time.monotonic() < deadline, "the writer never asked for the lock"
+            time.sleep(0.05)
+        assert writer.poll() is None and not paths.results_file.exists()  # waiting for it
+    out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert paths.results_file.exists() and "written from the run's files" in out
+
+
 def test_h5ls_lists_the_results(tmp_path: Path, space: Space) -> None:
     paths = fill_run(tmp_path, space)
     consolidate(paths)

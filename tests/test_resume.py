@@ -200,6 +200,40 @@ def test_resume_refuses_damaged_newer_and_foreign_runs_without_changing_them(tmp
         assert digest(path) == before
 
 
+def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(tmp_path):
+    """kill -9 while the record still holds the row of a completed evaluation in memory (the
+    next evaluation reports no epoch, so nothing flushes): its checkpoint is still there, and
+    the next job continues it from there instead of losing it without a word."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+                  "--set", "objective.name=objectives:quick_then_still",
+                  "--set", f"objective.options.trace={json.dumps(str(trace))}",
+                  "--set", "objective.options.epochs=1", "--set", "objective.options.sleep=0",
+                  "--set", "search.generations=4", "--set", "record.flush_interval=60"),
+        cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (trace / "still-1").exists():
+            time.sleep(0.05)
+        assert (trace / "still-1").exists(), "the second evaluation never began"
+    finally:
+        kill_tree(proc)
+    assert (trace / "0.txt").read_text().split() == ["0"]  # 0 completed before the kill
+    assert 0 not in open_run(run_dir).individuals["id"].tolist()  # its row never reached disk
+    assert RunPaths(run_dir).checkpoint_file(0).exists()
+    (trace / "go").touch()
+    done = run(atoll_cmd("resume", str(run_dir)), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "continuing 1 interrupted evaluation(s) under their ids: 0" in done.stderr
+    ind = check_complete(run_dir, 4)
+    assert ind[ind["id"] == 0]["loss"].tolist() == [1.0]  # its one epoch, from the checkpoint
+    assert (trace / "0.txt").read_text().split() == ["0"]  # and not trained again
+
+
 def test_resume_may_change_only_job_level_settings(tmp_path):
     run_dir, done = start(tmp_path, 1, "search.generations=5")
     assert done.returncode == 0

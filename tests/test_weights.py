@@ -54,6 +54,35 @@ def test_the_runs_best_are_completed_individuals_before_pruned_or_failed_ones(tm
     assert sorted(paths.model_files()) == [2, 4]
 
 
+def test_leaders_offering_for_one_individual_keep_its_best_weights(tmp_path):
+    """An individual paused by one leader and promoted by another, or continued by the next
+    job, is offered by two TopWeights: neither replaces better weights with worse ones, and
+    the first never deletes, as its own worst, the better weights the other kept since."""
+    import torch
+
+    from atoll.record import RunPaths
+    from atoll.record.models import TopWeights
+
+    def offer(keeper: TopWeights, ident: int, loss: float) -> None:
+        keeper.offer(ident, loss, {"w": torch.full((2,), loss)})
+
+    def kept(ident: int) -> float:
+        return float(load_attrs(RunPaths(tmp_path).model_file(ident))["loss"])
+
+    first, promoter = TopWeights(RunPaths(tmp_path), 2), TopWeights(RunPaths(tmp_path), 2)
+    offer(first, 10, 0.3)
+    offer(promoter, 10, 0.5)  # worse: the file keeps 0.3
+    assert kept(10) == 0.3
+    offer(promoter, 10, 0.05)  # better: the file holds it
+    assert kept(10) == 0.05
+    offer(first, 12, 0.2)
+    offer(first, 14, 0.1)  # the first leader's worst is 10 at 0.3, by what it knows
+    assert sorted(RunPaths(tmp_path).model_files()) == [10, 12, 14]
+    assert kept(10) == 0.05  # still the promoter's weights
+    offer(first, 16, 0.15)  # 12 is the first leader's own, at its own loss: it goes
+    assert sorted(RunPaths(tmp_path).model_files()) == [10, 14, 16]
+
+
 def test_a_weights_file_written_with_variable_length_strings_still_loads(tmp_path):
     """Atoll wrote a weights file's text as variable-length strings (in HDF5's global heap)
     before; such a file, written here the old way with plain h5py, loads as it did."""

@@ -281,12 +281,13 @@ def consolidate(run_dir: Path, debug: bool) -> None:
     _read_without_locks()  # results.h5 is built in memory and moved in place
     from atoll.collective import one_line
     from atoll.errors import RecordError
-    from atoll.record import RunPaths
+    from atoll.record import RunPaths, writing_results
     from atoll.record import consolidate as write_results
 
     def write() -> Path:
         try:
-            return write_results(RunPaths(run_dir))
+            with writing_results(RunPaths(run_dir)):
+                return write_results(RunPaths(run_dir))
         except OSError as exc:  # a read-only or foreign run directory
             raise RecordError(f"{one_line(exc)}: results.h5 not written; make {run_dir} "
                               "writable, or copy the run elsewhere and consolidate the copy"

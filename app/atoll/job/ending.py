@@ -78,14 +78,16 @@ def finish_job(paths: record.RunPaths, job: int, exit_code: int, config: Config,
     results: Path | None = None
     stop = time.time()
     try:
-        try:
-            results = record.consolidate(paths, ending=(job, stop, exit_code))
-        except full.DiskFull as exc:
-            exit_code = EXIT_DISK_FULL
-            log.warning("results.h5 not written: %s; free some space, then %s writes it (exit "
-                        "code %d)", exc, suggested("atoll", "resume", paths.run_dir), exit_code)
-            disk_full = disk_full or str(exc)
-        record.end_job(paths, job, stop=stop, exit_code=exit_code)
+        with record.writing_results(paths):
+            try:
+                results = record.consolidate(paths, ending=(job, stop, exit_code))
+            except full.DiskFull as exc:
+                exit_code = EXIT_DISK_FULL
+                log.warning("results.h5 not written: %s; free some space, then %s writes it "
+                            "(exit code %d)", exc, suggested("atoll", "resume", paths.run_dir),
+                            exit_code)
+                disk_full = disk_full or str(exc)
+            record.end_job(paths, job, stop=stop, exit_code=exit_code)
     except full.DiskFull as exc:
         return None, EXIT_DISK_FULL, disk_full or str(exc)
     if paths.model_files():
@@ -103,5 +105,6 @@ def results_now(paths: record.RunPaths) -> Path:
         log.warning("%s", damage)
     if damage or not target.exists() or any(w.stat().st_mtime_ns > target.stat().st_mtime_ns
                                             for w in paths.worker_files()):
-        record.consolidate(paths)
+        with record.writing_results(paths):
+            record.consolidate(paths)
     return target

@@ -251,6 +251,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
     population = population if population is not None else Population()
     retention = _retention(config, checkpoints, population, job, topo)
+    log_file.when_written(retention.written)
     strategy, hear_started = _strategy(config, paths, topo, pruning, waiting, paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),

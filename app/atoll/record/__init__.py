@@ -11,7 +11,7 @@ Only h5py, numpy and the standard library are used here: never torch, never mpi4
 """
 
 from atoll.record._h5 import plain, written_whole
-from atoll.record.consolidate import consolidate
+from atoll.record.consolidate import consolidate, writing_results
 from atoll.record.paths import RunPaths
 from atoll.record.provenance import slurm_ids, software_versions
 from atoll.record.reader import (
@@ -47,6 +47,7 @@ __all__ = [
     "check_room",
     "check_run",
     "consolidate",
+    "writing_results",
     "create_run",
     "end_job",
     "open_run",

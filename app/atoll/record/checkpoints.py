@@ -229,6 +229,9 @@ class Retention:
     wanted again meanwhile stays); the checkpoint is deleted with the last hold, said in an
     info line (the weights, if offered, are kept apart by ``record.top_models``).
     ``keep = 0``: none is kept, every checkpoint goes when its evaluation completes.
+
+    A checkpoint of this leader's evaluation goes no sooner than its row is in the record
+    (:meth:`written`): a job killed before that leaves it for the next job to continue from.
     """
 
     def __init__(self, store: CheckpointStore, keep: int, ranked: Sequence[Individual], *,
@@ -245,6 +248,8 @@ class Retention:
         self.dropping: dict[int, tuple[set[int], float]] = {}  # held until then, unwanted
         self.grace, self.clock = grace, clock
         self.members: set[int] = set()  # on a PBT island: results no later one replaced
+        self.unwritten: set[int] = set()  # completed here, its row not yet in the record
+        self.after_row: set[int] = set()  # of those, the ones whose checkpoint goes then
 
     def adopt(self, restored: Iterable[Individual]) -> None:
         """On a resume: learn the island's restored individuals, hold the checkpoints of those
@@ -260,10 +265,19 @@ class Retention:
 
     def finished(self, ind: Individual) -> None:
         """This leader's evaluation of ``ind`` completed (ok, failed or pruned)."""
+        self.unwritten.add(ind.id)
         if self.keep and ind.usable and self.store.paths.checkpoint_file(ind.id).exists():
             self._hold(ind)
         else:  # nothing to keep (a command objective's files without a checkpoint go too)
-            self.store.discard(ind.id)
+            self.after_row.add(ind.id)
+
+    def written(self, ids: Iterable[int]) -> None:
+        """These individuals' rows are in the record: the checkpoints waiting for them go."""
+        for ident in ids:
+            self.unwritten.discard(ident)
+            if ident in self.after_row:
+                self.after_row.discard(ident)
+                self.store.discard(ident)
 
     def learn(self, ind: Individual) -> None:
         """The island learned ``ind`` (any worker's): the members change."""
@@ -323,7 +337,10 @@ class Retention:
                          "more (among its island's best %d, inherit.keep, among its own best "
                          "%d, migration.migrants, or a PBT member)", ident, self.keep,
                          self.emigrants, extra=FILE_ONLY)
-                self.store.discard(ident)
+                if ident in self.unwritten:
+                    self.after_row.add(ident)
+                else:
+                    self.store.discard(ident)
 
     def _own_best(self) -> set[int]:
         """This leader's best ``emigrants`` individuals: the next copies it may send away."""

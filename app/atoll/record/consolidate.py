@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from atoll.record import full
@@ -11,6 +14,26 @@ from atoll.record._h5 import RESULTS_KIND, to_json, write_header
 from atoll.record.paths import RunPaths
 from atoll.record.reader import TABLES, open_run
 from atoll.record.schema import create_table, metric_docs, param_docs
+
+
+@contextlib.contextmanager
+def writing_results(paths: RunPaths) -> Iterator[None]:
+    """One writer of results.h5 at a time: a job's end (with its end in run.h5, so that
+    no other writer reads the run between the two), ``atoll consolidate`` beside a running
+    job, a resume of a spent run. Without a lock (a read-only directory, a file system without
+    locks) the write goes on alone, as it would anyway."""
+    handle = None
+    if paths.run_file.is_file():  # never a new file in a directory that is no run
+        with contextlib.suppress(OSError):
+            handle = open(paths.results_lock, "a")  # noqa: SIM115 - closed below
+    try:
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def consolidate(paths: RunPaths, ending: tuple[int, float, int] | None = None) -> Path:

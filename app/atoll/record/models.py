@@ -148,7 +148,9 @@ class TopWeights:
 
     An objective may offer weights as often as it likes (the usual "save when the validation
     loss improves"): an individual's file holds its best offer, and one individual takes one
-    place however often it offers.
+    place however often it offers. More than one leader may offer for one individual (paused
+    by one worker and promoted by another, or continued by the next job): the file says what
+    it holds, so no leader replaces it with worse weights or evicts what another one kept.
     """
 
     def __init__(self, paths: RunPaths, limit: int) -> None:
@@ -199,15 +201,30 @@ class TopWeights:
         own = self._kept.get(individual_id)
         if own is not None:
             return loss < own
+        stored = self._stored_loss(individual_id)
+        if stored is not None and not loss < stored:
+            return False
         return len(self._kept) < self.limit or loss < max(self._kept.values())
 
     def _keep(self, individual_id: int, loss: float) -> None:
         self._kept[individual_id] = loss
         if len(self._kept) > self.limit:  # a newcomer better than the worst: never itself
             worst = max(self._kept, key=self._kept.__getitem__)
-            del self._kept[worst]
-            discard(self.paths.model_file(worst))
+            mine = self._kept.pop(worst)
+            if self._stored_loss(worst) in (None, mine):  # not better weights another kept
+                discard(self.paths.model_file(worst))
             discard(self.paths.model_dir(worst))
+
+    def _stored_loss(self, individual_id: int) -> float | None:
+        """The loss of the weights file kept for this individual, if one is there and says."""
+        path = self.paths.model_file(individual_id)
+        if not path.is_file():
+            return None
+        try:
+            loss = float(load_attrs(path)["loss"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return loss if loss == loss else None
 
 
 def discard(path: Path) -> None:

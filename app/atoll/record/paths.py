@@ -21,6 +21,7 @@ class RunPaths:
         RUN_DIR/run.h5                            config, space, jobs (world rank 0 only)
         RUN_DIR/workers/job000-worker00000.h5     one per worker leader and job (the checkpoint)
         RUN_DIR/results.h5                        everything in single tables, written at the end
+        RUN_DIR/.results.h5.lock                  locked while one process writes results.h5
         RUN_DIR/models/ind000000000042.h5         best weights of the top individuals (if any)
         RUN_DIR/checkpoints/ind000000000042.h5    last training state of an unfinished individual
         RUN_DIR/checkpoints/ind000000000042/      a command objective's own checkpoint files
@@ -48,6 +49,10 @@ class RunPaths:
     @property
     def results_file(self) -> Path:
         return self.run_dir / RESULTS_FILE
+
+    @property
+    def results_lock(self) -> Path:
+        return self.run_dir / f".{RESULTS_FILE}.lock"
 
     def worker_file(self, job: int, worker: int) -> Path:
         return self.workers_dir / f"job{job:03d}-worker{worker:05d}.h5"

@@ -90,10 +90,18 @@ class WorkerLog:
         budget these rows must not touch; they are dropped then, and said."""
         self._last_flush = time.monotonic()
         self._next_epoch_now = False  # set before a checkpoint: flush its epoch's row at once
+        self._written: list[Callable[[list[int]], None]] = []  # told each flush's individuals
         self._failed: Exception | None = None
         """A flush that failed inside an evaluation, raised at the loop's next flush: a record
         that cannot be written ends the search (one line naming the rank), and never shows as
         the objective's failure."""
+
+    def when_written(self, listener: Callable[[list[int]], None]) -> None:
+        """Tell ``listener`` the ids of the individuals each flush put in the file, once their
+        rows are committed: what must outlive an evaluation until its row is safe (its
+        checkpoint, for one) may go then. Rows dropped (a full disk, a run taken over) are
+        never told."""
+        self._written.append(listener)
 
     # -- appending: memory only ------------------------------------------------------------
     def add_individual(self, ind: Individual) -> None:
@@ -193,6 +201,7 @@ class WorkerLog:
             return
         if self._closed:
             raise RecordError(f"{self.path}: the worker log is closed")
+        ids = [row[0] for row in self._individuals]
         try:
             full.ensure_room(self.path, self._pending_bytes())
             self._write_pending()
@@ -201,6 +210,9 @@ class WorkerLog:
                 raise
             self._abandon(exc)
         self._drop_pending()
+        if ids and not self.full:
+            for listener in self._written:
+                listener(ids)
 
     def _pending_bytes(self) -> int:
         """About what the next flush writes: its rows, their texts, and a rebuilt copy of the
