@@ -99,18 +99,25 @@ def accuracy_demo(params: Mapping[str, Any], ctx: Any) -> float:
 
 
 def pruning_demo(params: Mapping[str, Any], ctx: Any) -> float:
-    """A flat curve: val_loss = x at each of ``options.epochs`` epochs. Every rank appends the
-    epochs it ran to ``options.trace``/ID-rankR.txt and joins an allreduce per epoch, so ranks
-    that stopped at different epochs would hang instead of passing."""
+    """A flat curve: val_loss = x at each of ``options.epochs`` epochs (of ``options.sleep``
+    seconds; with ``options.checkpoint``, a checkpoint after each, continued from). Every rank
+    appends the epochs it ran to ``options.trace``/ID-rankR.txt and joins an allreduce per
+    epoch, so ranks that stopped at different epochs would hang instead of passing."""
     from pathlib import Path
 
     trace = Path(ctx.options["trace"]) / f"{ctx.individual_id}-rank{ctx.rank}.txt"
     value = float(params["x"])
-    for epoch in range(int(ctx.options.get("epochs", 4))):
+    keeps = bool(ctx.options.get("checkpoint"))
+    saved = ctx.load_checkpoint() if keeps else None
+    for epoch in range(saved.epoch + 1 if saved else 0, int(ctx.options.get("epochs", 4))):
+        time.sleep(float(ctx.options.get("sleep", 0.0)))
         ctx.comm.allreduce(epoch)
         with trace.open("a") as f:
             f.write(f"{epoch}\n")
-        if ctx.report(epoch, val_loss=value):
+        stop = ctx.report(epoch, val_loss=value)
+        if keeps:
+            ctx.save_checkpoint({"x": value}, epoch)
+        if stop:
             break
     return value
 

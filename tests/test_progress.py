@@ -263,3 +263,26 @@ def test_evaluations_under_way_are_epochs_newer_than_their_individuals_last_part
     assert _training(run, since=2.0) == (0, 4)
     assert _training(run, since=0.0) == (0, 4, 7)
     assert _training(run, since=14.0) == ()
+
+
+def test_this_job_counts_what_ended_in_it_also_when_bred_in_an_earlier_one(tmp_path):
+    """An evaluation continued or promoted in a resumed job was bred in an earlier one: it
+    counts for the job it ended in, where its rate and ETA come from."""
+    from dataclasses import replace
+
+    from atoll.record import WorkerLog, end_job
+    from atoll.space import Space
+    from atoll.views.progress import take
+    from test_record import SPACE, individual, new_run, start_job
+
+    space = Space.from_dict(SPACE)
+    paths = new_run(tmp_path, space)
+    first = start_job(paths, start=1000.0)
+    end_job(paths, first, stop=1100.0, exit_code=75)
+    second = start_job(paths, start=2000.0)
+    with WorkerLog(paths.worker_file(second, 0), space, job=second, worker=0,
+                   flush_interval=60) as log:
+        log.add_individual(replace(individual(0), born=1050.0, started=2001.0, finished=2010.0))
+        log.add_individual(replace(individual(1), born=2011.0, started=2011.0, finished=2020.0))
+    assert take(paths.run_dir).this_job == 2
+

@@ -188,6 +188,45 @@ def test_pbt_makes_no_member_of_a_paused_result():
     assert list(pbt.members) == [5]
 
 
+def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):
+    """The checkpoints a PBT island keeps follow PBT's members: a child paused at a rung does
+    not yet replace the member it trained on, which PBT may still hand out or copy."""
+    from atoll.evolution.pbt import PBT
+    from atoll.individual import NO_PARENT, Origin
+    from atoll.record.checkpoints import Retention
+
+    store = CheckpointStore(RunPaths(tmp_path), "run")
+    population = Population()
+    kept = Retention(store, keep=1, ranked=population.ranked, job=0, worker=0, pbt=True,
+                     grace=0.0)
+    pbt = PBT(SPACE, 2, 0)
+
+    def learn(ind: Individual) -> None:  # as the island loop: population, strategy, listeners
+        population.learn(ind)
+        pbt.tell(ind)
+        kept.learn(ind)
+
+    for ident, loss in ((1, 0.1), (2, 0.5)):
+        store.save(ident, 1, {"w": np.arange(2.0)})
+        member = Individual(ident, {"x": loss}, status=Status.OK, loss=loss)
+        kept.finished(member)
+        learn(member)
+        kept.written([ident])
+    store.save(3, 2, {"w": np.arange(2.0)})
+    child = Individual(3, {"x": 0.5}, status=Status.PAUSED, loss=0.5, origin=Origin.PBT,
+                       parents=(2, NO_PARENT), inherit_from=2)
+    learn(child)
+    assert sorted(pbt.members) == sorted(kept.members) == [1, 2]
+    assert store.paths.checkpoint_file(2).exists()
+    done = Individual(3, {"x": 0.5}, status=Status.OK, loss=0.4, origin=Origin.PBT,
+                      parents=(2, NO_PARENT), inherit_from=2)
+    kept.finished(done)
+    learn(done)
+    kept.written([3])
+    assert sorted(pbt.members) == sorted(kept.members) == [1, 3]
+    assert not store.paths.checkpoint_file(2).exists()
+
+
 # -- island loops over the in-memory mailbox ---------------------------------------------------
 
 EPOCHS = 4  # rungs after 1 and 2 epochs; the last epoch is none

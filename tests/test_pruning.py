@@ -170,16 +170,21 @@ def test_a_resume_rebuilds_the_rule_from_the_record(tmp_path):
     assert np.count_nonzero(ind["status"] != int(Status.INTERRUPTED)) == 14
 
 
-def test_a_resume_rebuilds_the_rungs_from_every_value_reported_there(tmp_path):
+@pytest.mark.parametrize("stopped", [False, True], ids=["ended", "stopped by its wall time"])
+def test_a_resume_rebuilds_the_rungs_from_every_value_reported_there(tmp_path, stopped):
     """Under halving a rung value counts whatever became of its evaluation, as partners heard
-    it during the job: the rebuilt rung holds the pruned individuals' values too."""
+    it during the job: the rebuilt rung holds the pruned individuals' values too, and those of
+    evaluations a wall time interrupted, which go on from their checkpoints."""
     config = write_config(tmp_path, min_completed=3, rule="halving", random_init=1.0)
     run_dir = tmp_path / "run"
+    stop = ["--set", "objective.options.sleep=0.4", "--set", "objective.options.checkpoint=true",
+            "--set", "search.wall_time=3"]
     done = mpirun_atoll(2, "search", "--config", str(config), "--run-dir", str(run_dir),
-                        "--set", "search.evaluations=10", "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
+                        "--set", "search.evaluations=10", *(stop if stopped else []), "-q")
+    assert done.returncode == (75 if stopped else 0), done.stderr[-3000:]
     run = open_run(run_dir)
-    assert (run.individuals["status"] == int(Status.PRUNED)).any()
+    cut = Status.INTERRUPTED if stopped else Status.PRUNED
+    assert (run.individuals["status"] == int(cut)).any()
     plan = SimpleNamespace(config=load_config(config), resumed=True)
     topo = SimpleNamespace(island=0, layout=Layout(2, 1, 1))
     rungs = _restored(plan, RunPaths(run_dir), topo)  # type: ignore[arg-type]

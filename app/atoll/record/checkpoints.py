@@ -34,7 +34,7 @@ from typing import Any
 
 import h5py
 
-from atoll.individual import Individual, is_copy, replaced_member
+from atoll.individual import Individual, Status, is_copy, replaced_member
 from atoll.logs import FILE_ONLY
 from atoll.record import full, holds
 from atoll.record._h5 import text, written_whole
@@ -310,7 +310,9 @@ class Retention:
         return self.kept.setdefault(ident, set())
 
     def _member(self, ind: Individual) -> None:
-        if self.pbt and not is_copy(ind):  # as PBT's own members (atoll.evolution.pbt)
+        # as PBT's own members (atoll.evolution.pbt): a child paused at a rung replaces its
+        # member only once it completes
+        if self.pbt and not is_copy(ind) and ind.status != Status.PAUSED:
             self.members.discard(replaced_member(ind))
             self.members.add(ind.id)
 

@@ -43,9 +43,11 @@ def make_scheduler(settings: PruningConfig) -> Scheduler:
     return SuccessiveHalving(settings) if settings.rule == "halving" else MedianRule(settings)
 
 
-AT_RUNGS = (Status.OK, Status.PAUSED, Status.PRUNED)
+AT_RUNGS = (Status.OK, Status.PAUSED, Status.PRUNED, Status.FAILED)
 """The evaluations whose rung values count for successive halving, whatever became of them
-(restored from the record on resume)."""
+(restored from the record on resume). An interrupted one counts too when it goes on from a
+checkpoint (it reports only the epochs after it); without one it starts again, and reports
+its rung values again."""
 
 
 class WorkerScheduling:
@@ -130,11 +132,14 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology) -> Schedule
         return scheduler
     run = record.open_run(paths.run_dir)
     ind, epochs = run.individuals, run.epochs
-    island = topo.island
     rungs = isinstance(scheduler, SuccessiveHalving)
     statuses = [int(s) for s in (AT_RUNGS if rungs else (Status.OK,))]
-    done = ind["id"][np.isin(ind["status"], statuses)
-                     & (ind["island"] % topo.layout.islands == island)]
+    here = ind[ind["island"] % topo.layout.islands == topo.island]
+    done = here["id"][np.isin(here["status"], statuses)]
+    if rungs:
+        cut = here["id"][here["status"] == int(Status.INTERRUPTED)].tolist()
+        going_on = [i for i in cut if paths.checkpoint_file(i).exists()]
+        done = np.union1d(done, np.array(going_on, dtype=done.dtype))
     if settings.metric not in (epochs.dtype.names or ()):
         return scheduler
     rows = epochs[np.isin(epochs["individual"], done)]

@@ -95,7 +95,8 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         running=bool(len(jobs)) and not math.isfinite(stop),
         budget=int(run.metadata.get("budget") or 0), completed=int(np.count_nonzero(counted)),
         failed=int(np.count_nonzero(ind["status"] == Status.FAILED)),
-        this_job=int(np.count_nonzero(counted & (ind["born"] >= start))),
+        # what ended in this job, bred in it or earlier (continued, promoted)
+        this_job=int(np.count_nonzero(counted & (ind["finished"] >= start))),
         metric=metric, pruned=int(np.count_nonzero(ind["status"] == Status.PRUNED)),
         paused=int(np.count_nonzero(ind["status"] == Status.PAUSED)),
         training=_training(run, start) if len(jobs) and not math.isfinite(stop) else (),
