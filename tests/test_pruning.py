@@ -5,6 +5,7 @@ records."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,7 @@ from atoll.scheduling import MedianRule, SuccessiveHalving, Verdict
 from atoll.scheduling.halving import is_rung
 from atoll.scheduling.worker import WorkerScheduling, _restored, make_scheduler
 from atoll.space import Space
-from conftest import mpirun_atoll
+from conftest import atoll_cmd, mpirun_atoll, run
 
 CONFIG = """seed = 5
 [objective]
@@ -191,6 +192,39 @@ def test_a_resume_rebuilds_the_rungs_from_every_value_reported_there(tmp_path, s
     first = run.epochs[run.epochs["epoch"] == 0]["val_loss"]
     assert len(first) == len(run.individuals)
     assert sorted(rungs._at_rung[0]) == sorted(first.tolist())  # type: ignore[union-attr]
+
+
+def test_a_stop_that_meets_a_rung_leaves_the_verdict_to_the_rung(tmp_path):
+    """A stop asked for at the very epoch of a rung: the rung still judges it (here: stopped),
+    where it used to be recorded as interrupted and continued after that epoch, past a rung
+    that never judged it."""
+    config = tmp_path / "rung.toml"
+    config.write_text(textwrap.dedent("""\
+        seed = 1
+        [objective]
+        name = "objectives:stopped_at_a_rung"
+        [space.x]
+        type = "float"
+        low = 0.0
+        high = 1.0
+        [search]
+        evaluations = 4
+        [evolution]
+        random_init = 1.0
+        [pruning]
+        rule = "halving"
+        eta = 2
+        min_epochs = 1
+        max_epochs = 4
+        """))
+    run_dir = tmp_path / "run"
+    done = run(atoll_cmd("search", "--config", str(config), "--run-dir", str(run_dir), "-q"),
+               timeout=120)
+    assert done.returncode == 75, done.stderr[-3000:]
+    ind = open_run(run_dir).individuals
+    one = ind[ind["id"] == 1]
+    assert [Status(int(s)) for s in one["status"]] == [Status.PRUNED], one
+    assert one["error"][0] == "pruned at epoch 0"
 
 
 def test_curves_reach_the_island_partners_with_the_results_not_through_files(tmp_path):

@@ -191,24 +191,26 @@ class Context:
         ranks only fails the evaluation with an error naming them); the leader records. The
         answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns, unless
-        ``epoch`` is the ``last_epoch`` the objective set), or once ``[pruning]`` judges its
-        curve hopeless (it is then recorded as pruned, with the value it returns) or pauses it
-        (``rule = "asha"``: recorded as paused if the objective saves a checkpoint at this
-        epoch, before or after this call, before it returns).
+        ``epoch`` is the ``last_epoch`` the objective set, or pruning judges this very epoch),
+        or once ``[pruning]`` judges its curve hopeless (it is then recorded as pruned, with the
+        value it returns) or pauses it (``rule = "asha"``: recorded as paused if the objective
+        saves a checkpoint at this epoch, before or after this call, before it returns).
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}
         stopping = False
         with services.together(f"ctx.report(epoch={int(epoch)})"):
-            if services.should_stop is not None and services.should_stop():
-                stopping = True
-                self.interrupted |= self.last_epoch is None or int(epoch) < self.last_epoch
+            stopping = services.should_stop is not None and services.should_stop()
+            # judged even when a stop comes with it: a continued evaluation starts after this
+            # epoch, so a rung here would never be judged again
             if not self.interrupted and not self.judged and services.judge_epoch is not None:
                 verdict = services.judge_epoch(self.individual_id, int(epoch), values)
                 if verdict == Verdict.STOP:
                     self.pruned_at = int(epoch)
                 elif verdict == Verdict.PAUSE:
                     self.paused_at = int(epoch)
+            if stopping and not self.judged:
+                self.interrupted |= self.last_epoch is None or int(epoch) < self.last_epoch
         # Recorded after the collective part: a failure to write fails no partner midway.
         if services.record_epoch is not None:
             services.record_epoch(self.individual_id, int(epoch), time.time(), values)
