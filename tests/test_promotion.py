@@ -188,6 +188,25 @@ def test_pbt_makes_no_member_of_a_paused_result():
     assert list(pbt.members) == [5]
 
 
+def test_pbt_trains_no_member_again_while_its_child_is_paused():
+    """A member whose child is paused at a rung waits for it: the next ask takes another
+    member, and once the child completes it is the member."""
+    from atoll.individual import replaced_member
+
+    pbt = PBT(SPACE, 2, 0)
+    for ident, loss in ((1, 0.1), (2, 0.5)):
+        pbt.tell(Individual(ident, {"x": loss}, status=Status.OK, loss=loss))
+    child = pbt.ask([], random.Random(0), 3)
+    assert replaced_member(child) == 1  # the member waiting longest
+    child.status, child.loss = Status.PAUSED, 0.2
+    pbt.tell(child)
+    other = pbt.ask([], random.Random(0), 4)
+    assert replaced_member(other) == 2
+    child.status = Status.OK
+    pbt.tell(child)
+    assert sorted(pbt.members) == [2, 3] and pbt.busy == set()
+
+
 def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):
     """The checkpoints a PBT island keeps follow PBT's members: a child paused at a rung does
     not yet replace the member it trained on, which PBT may still hand out or copy."""

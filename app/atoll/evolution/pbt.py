@@ -76,6 +76,7 @@ class PBT:
         self.fixed = tuple(fixed)
         self.keep = keep
         self.members: dict[int, Individual] = {}
+        self.busy: set[int] = set()  # members whose child is paused at a rung (asha)
 
     def __repr__(self) -> str:
         return (f"PBT(population_size={self.population_size}, worker={self.worker}, "
@@ -85,7 +86,8 @@ class PBT:
         if len(self.members) < self.population_size:
             return Individual(id=ident, params=self.space.sample(rng), origin=Origin.RANDOM)
         order = sorted(self.members.values(), key=_rank)
-        mine = [m for m in order if m.worker == self.worker] or order
+        free = [m for m in order if m.id not in self.busy] or order  # all busy: one again
+        mine = [m for m in free if m.worker == self.worker] or free
         member = min(mine, key=lambda m: m.id)  # the one waiting longest
         cut = max(1, math.floor(self.settings.fraction * len(order)))
         if order.index(member) < len(order) - cut and member.usable:
@@ -101,9 +103,15 @@ class PBT:
                           inherit_from=source.id)
 
     def tell(self, result: Individual) -> None:
-        if result.status == Status.PAUSED or is_copy(result):  # no member (yet, or here)
+        if is_copy(result):  # no member here
             return
-        self.members.pop(replaced_member(result), None)
+        replaced = replaced_member(result)
+        if result.status == Status.PAUSED:  # no member yet; the one it trains on waits for it
+            if replaced != NO_PARENT:
+                self.busy.add(replaced)
+            return
+        self.busy.discard(replaced)
+        self.members.pop(replaced, None)
         self.members[result.id] = result
 
 
