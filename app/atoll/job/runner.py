@@ -250,8 +250,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
             pruning.finished(ind)
 
     population = population if population is not None else Population()
-    retention = _retention(config, checkpoints, population, job, topo)
-    log_file.when_written(retention.written)
+    retention = _retention(config, checkpoints, population, job, topo, log_file)
     strategy, hear_started = _strategy(config, paths, topo, pruning, waiting, paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
@@ -277,15 +276,17 @@ def _worker_log(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
 
 def _retention(config: Config, checkpoints: CheckpointStore, population: Population, job: int,
-               topo: Topology) -> Retention:
+               topo: Topology, log_file: record.WorkerLog) -> Retention:
     """Which checkpoints the leader keeps: those children may inherit from, and its
-    emigrants' while they travel; it adopts what the restored population holds."""
+    emigrants' while they travel; it adopts what the restored population holds, and lets a
+    finished evaluation's checkpoint go once ``log_file`` has written its row."""
     emigrants = config.migration.migrants if topo.layout.islands > 1 and \
         config.migration.probability > 0 else 0
     retention = Retention(checkpoints, config.inherit.keep if config.inherits else 0,
                           population.ranked, job=job, worker=topo.worker, emigrants=emigrants,
                           pbt=config.evolution.strategy_of(topo.island) == "pbt")
     retention.adopt(population)
+    log_file.when_written(retention.written)
     return retention
 
 
