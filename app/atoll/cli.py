@@ -286,8 +286,9 @@ def consolidate(run_dir: Path, debug: bool) -> None:
 
     def write() -> Path:
         try:
-            with writing_results(RunPaths(run_dir)):
-                return write_results(RunPaths(run_dir))
+            paths = RunPaths(run_dir)
+            with writing_results(paths):
+                return write_results(paths)
         except OSError as exc:  # a read-only or foreign run directory
             raise RecordError(f"{one_line(exc)}: results.h5 not written; make {run_dir} "
                               "writable, or copy the run elsewhere and consolidate the copy"

@@ -198,7 +198,6 @@ class Context:
         """
         services = self._services
         values = {k: float(v) for k, v in metrics.items()}
-        stopping = False
         with services.together(f"ctx.report(epoch={int(epoch)})"):
             stopping = services.should_stop is not None and services.should_stop()
             # judged even when a stop comes with it: a continued evaluation starts after this
