@@ -401,6 +401,27 @@ def test_maybe_flush_honours_the_interval(tmp_path: Path, space: Space) -> None:
     assert len(read_completed_file(tmp_path / "w.h5")) == 2
 
 
+def test_rows_reach_the_file_by_the_interval_while_the_loop_is_busy(tmp_path: Path,
+                                                                    space: Space) -> None:
+    """Rows that wait ``flush_interval`` seconds are written although the loop calls nothing
+    (an evaluation that reports no epoch); who waits for them hears so on the loop's thread,
+    at its next flush."""
+    path = tmp_path / "w.h5"
+    told: list[list[int]] = []
+    log = WorkerLog(path, space, job=0, worker=0, flush_interval=0.2)
+    log.when_written(told.append)
+    log.add_individual(individual(0))
+    log.add_epoch(0, 0, 1.0, {"acc": 0.5})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and shapes_seen_by_another_process(path)[0] == 0:
+        time.sleep(0.1)
+    assert shapes_seen_by_another_process(path) == [1, 1, 0]
+    assert told == []
+    assert not log.maybe_flush()  # nothing waits: only the ids written meanwhile are told
+    assert told == [[0]]
+    log.close()
+
+
 def test_epochs_reach_the_file_by_the_interval_and_around_each_checkpoint(tmp_path: Path,
                                                                           space: Space) -> None:
     """A long evaluation's epochs are flushed while it trains: once the interval has passed,
@@ -710,8 +731,9 @@ ADD_ROW = textwrap.dedent("""
 
 WRITER = ADD_ROW + textwrap.dedent("""
     import os, sys, json
-    from atoll.record import WorkerLog
+    from atoll.record import WorkerLog, writer
     from atoll.space import Space
+    writer.Ticker = lambda *args, **kwargs: None  # the loop's flushes only, which it announces
     space = Space.from_dict(json.loads(sys.argv[2]))
     log = WorkerLog(sys.argv[1], space, job=0, worker=0, flush_interval=0.01)
     counts = [0, 0, 0]

@@ -234,6 +234,43 @@ def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(
     assert (trace / "0.txt").read_text().split() == ["0"]  # and not trained again
 
 
+def test_a_finished_evaluations_row_is_written_while_the_next_one_reports_nothing(tmp_path):
+    """The row of a completed evaluation reaches the file within about
+    ``record.flush_interval`` seconds although the next evaluation reports no epoch (which
+    would flush it), so a kill -9 meanwhile loses only the evaluation in flight."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
+                  "--set", "objective.name=objectives:quick_then_still",
+                  "--set", f"objective.options.trace={json.dumps(str(trace))}",
+                  "--set", "objective.options.epochs=1", "--set", "objective.options.sleep=0",
+                  "--set", "search.generations=4", "--set", "record.flush_interval=0.5"),
+        cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (trace / "still-1").exists():
+            time.sleep(0.05)
+        assert (trace / "still-1").exists(), "the second evaluation never began"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and 0 not in open_run(run_dir).individuals["id"]:
+            time.sleep(0.2)
+    finally:
+        kill_tree(proc)
+    assert not (trace / "go").exists()  # the second evaluation was still running
+    row = open_run(run_dir).individuals
+    assert row["id"].tolist() == [0] and row["loss"].tolist() == [1.0]
+    (trace / "go").touch()
+    done = run(atoll_cmd("resume", str(run_dir)), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "continuing" not in done.stderr  # 0 was done; 1 had no checkpoint: bred again
+    ind = check_complete(run_dir, 4)
+    assert ind[ind["id"] == 0]["loss"].tolist() == [1.0]
+    assert (trace / "0.txt").read_text().split() == ["0"]  # 0 trained once
+
+
 def test_resume_may_change_only_job_level_settings(tmp_path):
     run_dir, done = start(tmp_path, 1, "search.generations=5")
     assert done.returncode == 0

@@ -7,7 +7,12 @@ to the new counts and the file is flushed again. No text goes to HDF5's global h
 
 A flush is due after each evaluation and after each epoch reported, once ``flush_interval``
 seconds have passed, so a long evaluation's curve reaches the file (and ``atoll watch``) while
-it trains. Before a checkpoint is written, and at the next epoch reported after it, the rows
+it trains. A thread (:class:`atoll.record.ticker.Ticker`) flushes rows that waited that long
+while the loop's thread is inside an evaluation that reports nothing: else a finished
+evaluation's row could wait for the whole of the next one, and a kill -9 meanwhile lose it.
+The listeners of written rows are told on the loop's thread only (at its next flush).
+
+Before a checkpoint is written, and at the next epoch reported after it, the rows
 are flushed at once: the record then holds every epoch a checkpoint holds, whichever comes
 first in the objective, and an evaluation continued from it after a kill has its whole curve.
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
@@ -54,6 +60,7 @@ from atoll.record.schema import (
     population_dtype,
     worker_individual_dtype,
 )
+from atoll.record.ticker import Ticker
 from atoll.record.worker_file import AppendTable, create_worker_file, open_swmr_writing
 from atoll.space import CategoricalParam, Space
 
@@ -91,10 +98,14 @@ class WorkerLog:
         self._last_flush = time.monotonic()
         self._next_epoch_now = False  # set before a checkpoint: flush its epoch's row at once
         self._written: list[Callable[[list[int]], None]] = []  # told each flush's individuals
+        self._untold: list[int] = []  # ids the ticker's flushes wrote, not yet told
         self._failed: Exception | None = None
         """A flush that failed inside an evaluation, raised at the loop's next flush: a record
         that cannot be written ends the search (one line naming the rank), and never shows as
         the objective's failure."""
+        self._lock = threading.RLock()  # the rows and the file, shared with the ticker
+        self._ticker = Ticker(self._flush_waiting, max(self._interval / 4, 0.05),
+                              name=f"atoll-flush-{worker}") if self._interval > 0 else None
 
     def when_written(self, listener: Callable[[list[int]], None]) -> None:
         """Tell ``listener`` the ids of the individuals each flush put in the file, once their
@@ -114,9 +125,10 @@ class WorkerLog:
         if self._code is not None:
             params = self._code(ind.id, params)
         text = texts.encode(ind.error) if ind.error else b""
-        self._individuals.append(fields_of(ind) + (len(text),) + params)
-        if text:
-            self._texts.append(text)
+        with self._lock:
+            self._individuals.append(fields_of(ind) + (len(text),) + params)
+            if text:
+                self._texts.append(text)
 
     def add_epoch(self, individual_id: int, epoch: int, time: float,
                   metrics: Mapping[str, float]) -> None:
@@ -126,19 +138,21 @@ class WorkerLog:
         except (TypeError, ValueError) as exc:
             raise RecordError(f"individual {individual_id}, epoch {epoch}: metrics must be "
                               f"numbers, got {dict(metrics)!r}") from exc
-        if not self._known.keys() >= values.keys():
-            for name in values:
-                self._known.setdefault(check_metric_name(name))
-        self._epochs.append((individual_id, epoch, time, values))
-        at_once, self._next_epoch_now = self._next_epoch_now, False
-        self._flush_inside_evaluation(at_once)
+        with self._lock:
+            if not self._known.keys() >= values.keys():
+                for name in values:
+                    self._known.setdefault(check_metric_name(name))
+            self._epochs.append((individual_id, epoch, time, values))
+            at_once, self._next_epoch_now = self._next_epoch_now, False
+            self._flush_inside_evaluation(at_once)
 
     def before_checkpoint(self) -> None:
         """The running evaluation is about to write a checkpoint: the rows so far reach the
         file first, and the next epoch's as soon as it is reported (an objective may report
         an epoch before or after saving it)."""
-        self._flush_inside_evaluation(at_once=bool(self.pending))
-        self._next_epoch_now = True
+        with self._lock:
+            self._flush_inside_evaluation(at_once=bool(self.pending))
+            self._next_epoch_now = True
 
     def _flush_inside_evaluation(self, at_once: bool) -> None:
         if self._failed is not None:
@@ -158,8 +172,9 @@ class WorkerLog:
             code = MODE_NAMES[mode]
         except KeyError:
             raise ValueError(f"mode: expected one of {list(MODE_NAMES)}, got {mode!r}") from None
-        self._migrations.append((individual_id, version, code, from_island, to_island,
-                                 from_worker, to_worker, time))
+        with self._lock:
+            self._migrations.append((individual_id, version, code, from_island, to_island,
+                                     from_worker, to_worker, time))
 
     @property
     def pending(self) -> int:
@@ -176,17 +191,45 @@ class WorkerLog:
             raise self._failed
         if now is None:
             now = time.monotonic()
-        if now - self._last_flush < self._interval or not (
-                self._individuals or self._epochs or self._migrations):
-            return False
-        self.flush()
-        return True
+        with self._lock:
+            due = self._due(now)
+            if due:
+                self.flush()
+            else:
+                self._tell_written()
+        return due
+
+    def _due(self, now: float) -> bool:
+        return now - self._last_flush >= self._interval and bool(
+            self._individuals or self._epochs or self._migrations)
+
+    def _flush_waiting(self) -> None:
+        """The ticker's: flush rows that waited ``flush_interval`` seconds (the loop's thread
+        is in a long evaluation); a failure is raised on the loop's thread at its next flush."""
+        with self._lock:
+            if self._closed or self._failed is not None or not self._due(time.monotonic()):
+                return
+            try:
+                self._flush()
+            except Exception as exc:  # noqa: BLE001 - raised again by the loop's flush
+                self._failed = exc
 
     def flush(self) -> None:
         """Write every pending row, then commit the new row counts.
 
         A full disk abandons the file (:mod:`atoll.record.full`: it keeps its committed rows)
         and reports it, which stops the job; rows queued after that are dropped."""
+        with self._lock:
+            self._flush()
+            self._tell_written()
+
+    def _tell_written(self) -> None:
+        ids, self._untold = self._untold, []
+        if ids:
+            for listener in self._written:
+                listener(ids)
+
+    def _flush(self) -> None:
         if self._failed is not None:
             raise self._failed
         if self.full:
@@ -211,8 +254,7 @@ class WorkerLog:
             self._abandon(exc)
         self._drop_pending()
         if ids and not self.full:
-            for listener in self._written:
-                listener(ids)
+            self._untold.extend(ids)
 
     def _pending_bytes(self) -> int:
         """About what the next flush writes: its rows, their texts, and a rebuilt copy of the
@@ -262,6 +304,12 @@ class WorkerLog:
     def close(self, population: Iterable[Individual] | None = None) -> None:
         """Flush and close; calling it again does nothing. ``population``: what this worker
         knows of its island at the end of a clean job, stored with the last rows."""
+        if self._ticker is not None:
+            self._ticker.stop()
+        with self._lock:
+            self._close(population)
+
+    def _close(self, population: Iterable[Individual] | None) -> None:
         if self._closed:
             return
         try:

@@ -1,0 +1,30 @@
+"""A daemon thread that calls a function every so often until stopped.
+
+The worker log needs it because the loop's thread may be inside an evaluation that reports
+nothing for hours: only another thread can write the rows that wait meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class Ticker:
+    """Call ``tick`` every ``period`` seconds on a daemon thread until :meth:`stop`."""
+
+    def __init__(self, tick: Callable[[], None], period: float, name: str) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(tick, period), name=name,
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, tick: Callable[[], None], period: float) -> None:
+        while not self._stopped.wait(period):
+            tick()
+
+    def stop(self) -> None:
+        """Stop ticking; returns once a tick under way has ended (from any other thread)."""
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
