@@ -200,10 +200,10 @@ def test_resume_refuses_damaged_newer_and_foreign_runs_without_changing_them(tmp
         assert digest(path) == before
 
 
-def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(tmp_path):
-    """kill -9 while the record still holds the row of a completed evaluation in memory (the
-    next evaluation reports no epoch, so nothing flushes): its checkpoint is still there, and
-    the next job continues it from there instead of losing it without a word."""
+def _in_a_silent_second_evaluation(tmp_path: Path, flush_interval: float
+                                   ) -> tuple[Path, Path, subprocess.Popen[bytes]]:
+    """A search of one worker whose first evaluation completes (one epoch, checkpointed) and
+    whose second reports nothing until ``trace``/go exists; returns once the second began."""
     trace = tmp_path / "trace"
     trace.mkdir()
     run_dir = tmp_path / "run"
@@ -212,16 +212,25 @@ def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(
                   "--set", "objective.name=objectives:quick_then_still",
                   "--set", f"objective.options.trace={json.dumps(str(trace))}",
                   "--set", "objective.options.epochs=1", "--set", "objective.options.sleep=0",
-                  "--set", "search.generations=4", "--set", "record.flush_interval=60"),
+                  "--set", "search.generations=4",
+                  "--set", f"record.flush_interval={flush_interval}"),
         cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (trace / "still-1").exists():
-            time.sleep(0.05)
-        assert (trace / "still-1").exists(), "the second evaluation never began"
-    finally:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (trace / "still-1").exists():
+        time.sleep(0.05)
+    if not (trace / "still-1").exists():
         kill_tree(proc)
+        raise AssertionError("the second evaluation never began")
+    return run_dir, trace, proc
+
+
+def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(tmp_path):
+    """kill -9 while the record still holds the row of a completed evaluation in memory (the
+    next evaluation reports no epoch, so nothing flushes): its checkpoint is still there, and
+    the next job continues it from there instead of losing it without a word."""
+    run_dir, trace, proc = _in_a_silent_second_evaluation(tmp_path, flush_interval=60)
+    kill_tree(proc)
     assert (trace / "0.txt").read_text().split() == ["0"]  # 0 completed before the kill
     assert 0 not in open_run(run_dir).individuals["id"].tolist()  # its row never reached disk
     assert RunPaths(run_dir).checkpoint_file(0).exists()
@@ -238,22 +247,8 @@ def test_a_finished_evaluations_row_is_written_while_the_next_one_reports_nothin
     """The row of a completed evaluation reaches the file within about
     ``record.flush_interval`` seconds although the next evaluation reports no epoch (which
     would flush it), so a kill -9 meanwhile loses only the evaluation in flight."""
-    trace = tmp_path / "trace"
-    trace.mkdir()
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        atoll_cmd("search", "--config", SLOW_CONFIG, "--run-dir", str(run_dir),
-                  "--set", "objective.name=objectives:quick_then_still",
-                  "--set", f"objective.options.trace={json.dumps(str(trace))}",
-                  "--set", "objective.options.epochs=1", "--set", "objective.options.sleep=0",
-                  "--set", "search.generations=4", "--set", "record.flush_interval=0.5"),
-        cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+    run_dir, trace, proc = _in_a_silent_second_evaluation(tmp_path, flush_interval=0.5)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (trace / "still-1").exists():
-            time.sleep(0.05)
-        assert (trace / "still-1").exists(), "the second evaluation never began"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and 0 not in open_run(run_dir).individuals["id"]:
             time.sleep(0.2)
