@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import json
 import math
@@ -13,7 +14,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import weakref
 from dataclasses import replace
 from pathlib import Path
 
@@ -420,6 +423,25 @@ def test_rows_reach_the_file_by_the_interval_while_the_loop_is_busy(tmp_path: Pa
     assert not log.maybe_flush()  # nothing waits: only the ids written meanwhile are told
     assert told == [[0]]
     log.close()
+
+
+def test_a_worker_log_never_closed_is_still_collected_with_its_thread(tmp_path: Path,
+                                                                      space: Space) -> None:
+    """Its flushing thread does not keep it alive: collected, it closes its file (a job that
+    failed before its end closes nothing), and the thread ends."""
+    path = tmp_path / "w.h5"
+    log = WorkerLog(path, space, job=0, worker=7, flush_interval=0.2)
+    ref = weakref.ref(log)
+    del log
+    gc.collect()
+    assert ref() is None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(t.name == "atoll-flush-7"
+                                              for t in threading.enumerate()):
+        time.sleep(0.05)
+    assert not any(t.name == "atoll-flush-7" for t in threading.enumerate())
+    with h5py.File(path, "r+"):  # no writer has it open any more
+        pass
 
 
 def test_epochs_reach_the_file_by_the_interval_and_around_each_checkpoint(tmp_path: Path,

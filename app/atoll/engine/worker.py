@@ -90,9 +90,13 @@ class Leader:
             finished = True
             return stats
         finally:
-            self.link.stop()
-            self.log.close(self.loop.population if finished else None)
-            self.evaluator.close()
+            try:
+                self.link.stop()
+            finally:
+                try:
+                    self.log.close(self.loop.population if finished else None)
+                finally:
+                    self.evaluator.close()
 
 
 class Follower:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from atoll import record
 from atoll.collective import on_all, on_root
 from atoll.config import Config, config_to_dict
@@ -49,7 +51,12 @@ from atoll.job.preflight import check_torchrun_layout, preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, promotion
-from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
+from atoll.record.checkpoints import (
+    CheckpointStore,
+    Retention,
+    discard_finished,
+    release_earlier_holds,
+)
 from atoll.record.claim import CLAIM_LOST, Claim, claim, still_held
 from atoll.record.models import TopWeights
 from atoll.scheduling.worker import WorkerScheduling
@@ -321,6 +328,9 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     if not plan.resumed:
         return None, [], [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
+    if topo.worker == 0:  # one leader, while no leader of this job holds anything yet
+        discard_finished(checkpoints, individuals["id"][np.isin(individuals["status"],
+                                                                FINISHED)].tolist())
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(set(individuals["id"].tolist()))}
     cut = promotion.held(paths)

@@ -367,6 +367,23 @@ def release_earlier_holds(store: CheckpointStore, job: int) -> list[int]:
     return emptied
 
 
+def discard_finished(store: CheckpointStore, finished: Iterable[int]) -> list[int]:
+    """On a resume, before this job's leaders hold anything: delete the checkpoints of
+    evaluations the record holds as finished that no leader holds. A job killed after such a
+    row was written and before its checkpoint went leaves them, and nothing wants them; their
+    ids."""
+    paths = store.paths
+    found = set(paths.checkpoint_files()) | set(paths.command_checkpoint_dirs())
+    gone = sorted(found.intersection(finished) - set(paths.holds_dirs()))
+    for ident in gone:
+        store.discard(ident)
+    if gone:
+        log.info("%d checkpoint(s) of finished evaluations deleted, left by a job that ended "
+                 "before it could (individuals %s)", len(gone), ", ".join(map(str, gone)),
+                 extra=FILE_ONLY)
+    return gone
+
+
 def checkpoint_bytes(paths: RunPaths) -> tuple[int, int]:
     """(total, largest) size in bytes of the run's checkpoints: for the free-space checks."""
     sizes = [_size(p) for p in paths.checkpoint_files().values()]

@@ -7,21 +7,29 @@ nothing for hours: only another thread can write the rows that wait meanwhile.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 
 class Ticker:
-    """Call ``tick`` every ``period`` seconds on a daemon thread until :meth:`stop`."""
+    """Call ``tick``, a bound method, every ``period`` seconds on a daemon thread until
+    :meth:`stop`, or until its object is gone: the thread does not keep it alive (an object
+    never closed is still collected, and its files closed)."""
 
-    def __init__(self, tick: Callable[[], None], period: float, name: str) -> None:
+    def __init__(self, tick: Callable[[], Any], period: float, name: str) -> None:
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(tick, period), name=name,
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(weakref.WeakMethod(tick),
+                                                                period), name=name, daemon=True)
         self._thread.start()
 
-    def _run(self, tick: Callable[[], None], period: float) -> None:
+    def _run(self, tick: weakref.WeakMethod[Callable[[], Any]], period: float) -> None:
         while not self._stopped.wait(period):
-            tick()
+            method = tick()
+            if method is None:
+                return
+            method()
+            del method
 
     def stop(self) -> None:
         """Stop ticking; returns once a tick under way has ended (from any other thread)."""

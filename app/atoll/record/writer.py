@@ -104,8 +104,18 @@ class WorkerLog:
         that cannot be written ends the search (one line naming the rank), and never shows as
         the objective's failure."""
         self._lock = threading.RLock()  # the rows and the file, shared with the ticker
-        self._ticker = Ticker(self._flush_waiting, max(self._interval / 4, 0.05),
-                              name=f"atoll-flush-{worker}") if self._interval > 0 else None
+        self._ticker = self._start_ticker(worker)
+
+    def _start_ticker(self, worker: int) -> Ticker | None:
+        if self._interval == 0:  # every flush is due at once: the loop's are enough
+            return None
+        try:
+            return Ticker(self._flush_waiting, max(self._interval / 4, 0.05),
+                          name=f"atoll-flush-{worker}")
+        except RuntimeError as exc:  # no thread to be had (a process limit)
+            log.warning("%s: rows are written after evaluations and epochs only (%s)",
+                        self.path, exc)
+            return None
 
     def when_written(self, listener: Callable[[list[int]], None]) -> None:
         """Tell ``listener`` the ids of the individuals each flush put in the file, once their
@@ -191,6 +201,8 @@ class WorkerLog:
             raise self._failed
         if now is None:
             now = time.monotonic()
+        if now - self._last_flush < self._interval and not self._untold:
+            return False  # the common case, without the lock
         with self._lock:
             due = self._due(now)
             if due:
@@ -310,7 +322,8 @@ class WorkerLog:
             self._close(population)
 
     def _close(self, population: Iterable[Individual] | None) -> None:
-        if self._closed:
+        if self._closed:  # abandoned (a full disk): what was written before may still go
+            self._tell_written()
             return
         try:
             self.flush()
