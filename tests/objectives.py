@@ -249,6 +249,39 @@ def offers_every_epoch(params: Mapping[str, Any], ctx: Any) -> float:
     return best
 
 
+def misused_weights(params: Mapping[str, Any], ctx: Any) -> float:
+    """Offers a DDP model's state_dict as DDP gives it (every key under ``module.``), and
+    first a NaN loss; from the second call on, also reports through the ctx of the first call,
+    kept in a global (``options.keep_ctx``)."""
+    import torch
+
+    loss = BENCHMARKS["sphere"](params, ctx)
+    ctx.keep_weights({"module.w": torch.zeros(3)}, math.nan)
+    ctx.keep_weights({"module.w": torch.full((3,), loss, dtype=torch.float64),
+                      "module.b": torch.ones(1)}, loss)
+    if ctx.options.get("keep_ctx"):
+        if _KEPT:
+            _KEPT[0].report(0, val_loss=12345.0)
+        _KEPT.append(ctx)
+    return loss
+
+
+_KEPT: list[Any] = []
+
+
+def split_reports(params: Mapping[str, Any], ctx: Any) -> float:
+    """Two epochs, each reported in two calls (``train_loss``, then ``val_loss``) with the
+    metrics computed on the leader only (the others pass None), the habit of DDP scripts; or
+    with ``options.epoch_step`` (0.5) fractional epochs."""
+    step = float(ctx.options.get("epoch_step", 1))
+    loss = BENCHMARKS["sphere"](params, ctx)
+    for k in range(2):
+        epoch = k * step if step != 1 else k
+        ctx.report(epoch, train_loss=(loss + 1 - k) if ctx.is_leader else None)
+        ctx.report(epoch, val_loss=(loss + 2 - k) if ctx.is_leader else None)
+    return loss
+
+
 def collective_on_some_ranks(params: Mapping[str, Any], ctx: Any) -> float:
     """Sphere that, for a fraction ``options.rate`` of individuals (drawn from ctx.rng, so
     every rank agrees), misuses a collective call in the way ``options.way``: ``leader_reports``

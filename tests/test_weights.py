@@ -147,3 +147,35 @@ def test_a_command_searchs_best_keep_their_scripts_checkpoint_directories(tmp_pa
     assert not list((run_dir / "checkpoints").glob("ind*"))  # every evaluation's went
     found = atoll.best(run_dir)
     assert found.weights == run_dir / "models" / f"ind{found.id:012d}"
+
+
+def test_ddp_weights_lose_their_prefix_and_a_nan_loss_is_said(tmp_path):
+    """ddp.state_dict() as offered (keys under ``module.``) is kept as the bare model's, so it
+    loads into it; an offer with a NaN loss keeps nothing, said once."""
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        1, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:misused_weights", "--set",
+        "search.generations=3", "--set", "record.top_models=3", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("ctx.keep_weights got loss nan") == 1
+    ind = open_run(run_dir).individuals
+    for row in ind:
+        kept = load_state_dict(run_dir / "models" / f"ind{int(row['id']):012d}.h5")
+        assert sorted(kept) == ["b", "w"] and kept["w"].tolist() == [row["loss"]] * 3
+
+
+def test_a_ctx_kept_past_its_call_is_refused_and_the_record_stays(tmp_path):
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(
+        1, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
+        "--set", "objective.name=objectives:misused_weights", "--set",
+        "objective.options.keep_ctx=true", "--set", "search.generations=3", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = open_run(run_dir)
+    ind = run.individuals
+    assert ind["status"].tolist() == [int(Status.OK), int(Status.FAILED), int(Status.FAILED)]
+    assert ind["error"][1] == ("RuntimeError: ctx.report: this ctx is individual 0's, whose "
+                               "evaluation has ended; use the ctx each call of the objective "
+                               "gets")
+    assert len(run.epochs) == 0  # nothing reported into individual 0's record

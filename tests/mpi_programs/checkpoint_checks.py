@@ -36,26 +36,30 @@ SHORT = ProcessGroupOwner(COMM, "gloo", 2.0, NodePlace(COMM.Get_rank()))
 
 
 class Probe(Context):
-    """A Context that keeps the offered weights on every rank (the real one: leader only)."""
+    """A Context that keeps the offered weights and the reported curve on every rank (the
+    real one: the leader's only)."""
 
     kept: dict[str, torch.Tensor] = {}
+    curve: list[dict[str, Any]] | None = None
 
     def keep_weights(self, state_dict: Any, loss: float) -> None:
         self.kept = dict(state_dict)
+
+    def report(self, epoch: int, **metrics: float) -> bool:
+        if self.curve is not None:
+            self.curve.append({"epoch": epoch, **{k: float(v) for k, v in metrics.items()}})
+        return super().report(epoch, **metrics)
 
 
 def make_ctx(run_dir: Path, run_id: str, ind_id: int, epochs: int,
              curve: list[dict[str, Any]] | None = None,
              group: ProcessGroupOwner = GROUP) -> Probe:
-    def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
-        if curve is not None:
-            curve.append({"epoch": epoch, **metrics})
-
     services = WorkerServices(comm=COMM, group=group, seed=3, node=NodePlace(COMM.Get_rank()),
                               options={"epochs": epochs, "batch_size": 32, "patience": 9},
-                              record_epoch=sink,
                               checkpoints=CheckpointStore(RunPaths(run_dir), run_id))
-    return Probe(services, ind_id)
+    probe = Probe(services, ind_id)
+    probe.curve = curve
+    return probe
 
 
 def checksum(state: dict[str, torch.Tensor]) -> str:

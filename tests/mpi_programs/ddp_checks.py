@@ -47,12 +47,19 @@ dist.init_process_group = _counting_init  # process_group.py looks it up at call
 
 
 class Probe(Context):
-    """A Context that keeps the offered weights on every rank (the real one: leader only)."""
+    """A Context that keeps the offered weights and the reported epochs on every rank (the
+    real one: the leader's only)."""
 
     kept: tuple[dict[str, torch.Tensor], float] | None = None
+    epochs: list[dict[str, Any]]
 
     def keep_weights(self, state_dict: Any, loss: float) -> None:
         self.kept = (dict(state_dict), loss)
+
+    def report(self, epoch: int, **metrics: float) -> bool:
+        self.epochs.append({"individual": self.individual_id, "epoch": epoch,
+                            **{k: float(v) for k, v in metrics.items()}})
+        return super().report(epoch, **metrics)
 
 
 LOCAL_RANK = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()  # as topology does
@@ -65,13 +72,12 @@ def make_ctx(comm: MPI.Comm, ind_id: int, epochs: list[dict[str, Any]], options:
     if GROUP is None:
         GROUP = ProcessGroupOwner(comm, "gloo", 60.0, NodePlace(LOCAL_RANK))
 
-    def sink(i: int, epoch: int, t: float, metrics: Any) -> None:
-        epochs.append({"individual": i, "epoch": epoch, **metrics})
-
     services = WorkerServices(comm=comm, group=GROUP, seed=SEED,
                               data_dir=Path(data_dir) if data_dir else None, options=options,
-                              node=NodePlace(LOCAL_RANK), record_epoch=sink)
-    return Probe(services, ind_id)
+                              node=NodePlace(LOCAL_RANK))
+    probe = Probe(services, ind_id)
+    probe.epochs = epochs
+    return probe
 
 
 def checksum(state: dict[str, torch.Tensor]) -> str:

@@ -9,6 +9,7 @@ from the worker's :class:`WorkerServices`, the only place where the context meet
 from __future__ import annotations
 
 import functools
+import operator
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -85,6 +86,35 @@ class WorkerServices:
         return Context(self, individual_id, params, about)
 
 
+def whole_epoch(epoch: Any) -> int:
+    """``epoch`` as an int; a fraction (``0.5``) would be cut and mix with another epoch."""
+    try:
+        return operator.index(epoch)
+    except TypeError:
+        if isinstance(epoch, float) and epoch.is_integer():
+            return int(epoch)
+    raise TypeError(f"ctx.report: epoch must be a whole number (0, 1, 2, ...), got {epoch!r}")
+
+
+def numbers(epoch: int, metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The reported metrics as floats, or one line naming the one that is not a number."""
+    values = {}
+    for name, value in metrics.items():
+        try:
+            values[name] = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"ctx.report(epoch={epoch}): metric {name!r} must be a number, got "
+                            f"{value!r}") from None
+    return values
+
+
+def without_ddp_prefix(state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``state_dict`` without the ``module.`` every key of a DDP-wrapped model's starts with."""
+    if state_dict and all(str(key).startswith("module.") for key in state_dict):
+        return {str(key)[len("module."):]: value for key, value in state_dict.items()}
+    return state_dict
+
+
 class Context:
     """Everything one evaluation may use.
 
@@ -114,6 +144,18 @@ class Context:
         paused it (``rule = "asha"``): its island may continue it from its checkpoint."""
         self.saved_at: int | None = None
         """The epoch of the last checkpoint :meth:`save_checkpoint` saved."""
+        self._ended = False
+
+    def end(self) -> None:
+        """The evaluation returned: a call through this ctx later (an objective that kept it)
+        is refused, instead of writing into this individual's record, checkpoint or weights."""
+        self._ended = True
+
+    def _open(self, call: str) -> None:
+        if self._ended:
+            raise RuntimeError(f"ctx.{call}: this ctx is individual {self.individual_id}'s, "
+                               "whose evaluation has ended; use the ctx each call of the "
+                               "objective gets")
 
     @property
     def comm(self) -> MPI.Comm:
@@ -188,7 +230,9 @@ class Context:
         """Record one epoch's metrics; answers whether to stop this evaluation early.
 
         Collective: call it on every rank of the worker with the same epoch (a call on some
-        ranks only fails the evaluation with an error naming them); the leader records. The
+        ranks only fails the evaluation with an error naming them); the leader records its
+        metrics (numbers; other ranks' are not read). Metrics of one epoch may come in several
+        calls (``train_loss``, then ``val_loss``): the record keeps each one's last value. The
         answer is the same on every rank: ``True`` once the job is asked to stop (a signal or the
         wall time: the individual is then recorded as interrupted whatever it returns, unless
         ``epoch`` is the ``last_epoch`` the objective set, or pruning judges this very epoch),
@@ -196,23 +240,26 @@ class Context:
         value it returns) or pauses it (``rule = "asha"``: recorded as paused if the objective
         saves a checkpoint at this epoch, before or after this call, before it returns).
         """
+        self._open("report")
         services = self._services
-        values = {k: float(v) for k, v in metrics.items()}
-        with services.together(f"ctx.report(epoch={int(epoch)})"):
+        epoch = whole_epoch(epoch)
+        # Only the leader's metrics are read: others may pass anything (None, say).
+        values = numbers(epoch, metrics) if self.is_leader else {}
+        with services.together(f"ctx.report(epoch={epoch})"):
             stopping = services.should_stop is not None and services.should_stop()
             # judged even when a stop comes with it: a continued evaluation starts after this
             # epoch, so a rung here would never be judged again
             if not self.interrupted and not self.judged and services.judge_epoch is not None:
-                verdict = services.judge_epoch(self.individual_id, int(epoch), values)
+                verdict = services.judge_epoch(self.individual_id, epoch, values)
                 if verdict == Verdict.STOP:
-                    self.pruned_at = int(epoch)
+                    self.pruned_at = epoch
                 elif verdict == Verdict.PAUSE:
-                    self.paused_at = int(epoch)
+                    self.paused_at = epoch
             if stopping and not self.judged:
-                self.interrupted |= self.last_epoch is None or int(epoch) < self.last_epoch
+                self.interrupted |= self.last_epoch is None or epoch < self.last_epoch
         # Recorded after the collective part: a failure to write fails no partner midway.
         if services.record_epoch is not None:
-            services.record_epoch(self.individual_id, int(epoch), time.time(), values)
+            services.record_epoch(self.individual_id, epoch, time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
         return stopping or self.judged
@@ -222,6 +269,7 @@ class Context:
         recorded as interrupted, whatever it returns. :meth:`report` asks at each epoch; this
         is for an objective that waits long between two (a command objective, between two
         lines of its script). Collective, as :meth:`report`."""
+        self._open("stop_requested")
         services = self._services
         if services.should_stop is None:
             return False
@@ -236,16 +284,18 @@ class Context:
         return self.pruned_at is not None or self.paused_at is not None
 
     def keep_weights(self, state_dict: Mapping[str, Any], loss: float) -> None:
-        """Offer this evaluation's weights (plain tensors, no ``module.`` prefix), as often as
-        they improve: the individual keeps its best offer.
+        """Offer this evaluation's weights (plain tensors; a DDP model's ``module.`` prefix is
+        taken off, so that they load into the bare model), as often as they improve: the
+        individual keeps its best offer; a loss that is not a number keeps nothing (said once).
 
         The leader stores them (HDF5, no pickle, with the individual's parameters) if the loss
         ranks among the run's best ``record.top_models``. Not collective: other ranks may call
         it too, it does nothing there.
         """
+        self._open("keep_weights")
         if self._services.offer_weights is not None and self.is_leader:
-            self._services.offer_weights(self.individual_id, float(loss), state_dict,
-                                         self._params)
+            self._services.offer_weights(self.individual_id, float(loss),
+                                         without_ddp_prefix(state_dict), self._params)
 
     def save_checkpoint(self, state: Any, epoch: int) -> bool:
         """Keep ``state`` as this evaluation's checkpoint after ``epoch``; whether it was saved.
@@ -259,6 +309,7 @@ class Context:
         False when not saved: no checkpoint store in this job, ``record.checkpoint_limit_mb``
         reached, or a full disk (the job then stops; the previous checkpoint is kept).
         """
+        self._open("save_checkpoint")
         saved = self._checkpoints.save(state, epoch)
         if saved:
             self.saved_at = int(epoch)
@@ -274,6 +325,7 @@ class Context:
         rank reads the file. A damaged or foreign file is not loaded: None, with a warning
         naming the file.
         """
+        self._open("load_checkpoint")
         return self._checkpoints.load(map_location)
 
     @property
@@ -290,6 +342,7 @@ class Context:
         """Say that the state :meth:`load_checkpoint` inherited does not fit (e.g. the model's
         shapes differ) and this evaluation trains from scratch: one warning, and the record
         shows no inheritance. Not collective; call it on every rank that loaded the state."""
+        self._open("decline_inherited")
         self._checkpoints.decline(reason)
 
     @property

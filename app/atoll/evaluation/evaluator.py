@@ -79,6 +79,7 @@ class WorkerEvaluator:
         ind.started = time.time()
         ind.loss, ind.status, ind.error = evaluate(self.objective, ind.params, ctx,
                                                    self.eval_timeout)
+        ctx.end()
         if self.maximize and ind.status == Status.OK:
             ind.loss = -ind.loss
         if self.services.meeting is not None:
@@ -130,6 +131,8 @@ class WorkerEvaluator:
         if failed != [f"rank 0: {ind.error}"]:
             error = cut("; ".join(failed), 2 * ERROR_CHARS)
             ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, error
+            if self.services.comm.Get_rank() == 0:  # the leader warned of its own error only
+                log.warning("individual %d failed on its worker's ranks: %s", ind.id, error)
         self.services.group.close()
 
     def close(self) -> None:

@@ -157,12 +157,18 @@ class TopWeights:
         self.paths = paths
         self.limit = limit
         self._kept: dict[int, float] = {}  # individual id -> loss of the weights in its file
+        self._said_nan = False
 
     def offer(self, individual_id: int, loss: float, state_dict: Mapping[str, Any],
               params: Mapping[str, Any] | None = None) -> Path | None:
         """Store the weights if they rank among this leader's best and beat this individual's
         earlier offers; returns the file or None. The file carries the individual's id, loss
         and parameters (JSON in ``params``)."""
+        if loss != loss and not self._said_nan:
+            self._said_nan = True
+            log.warning("individual %d: ctx.keep_weights got loss nan: weights offered with a "
+                        "loss that is not a number are not kept (said once per worker)",
+                        individual_id)
         if not self._ranks(individual_id, loss):
             return None
         path = self.paths.model_file(individual_id)

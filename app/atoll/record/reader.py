@@ -24,6 +24,7 @@ from atoll.record._h5 import (
     attr,
     count_attr,
     decoded,
+    file_kind,
     foreign_file,
     json_attr,
     open_h5,
@@ -100,6 +101,10 @@ def open_run(run_dir: str | Path) -> RunData:
     if path.is_file():
         return _read_results(path)
     paths = RunPaths(path)
+    for entry in (paths.run_file, paths.results_file):
+        if entry.exists() and not entry.is_file():
+            raise RecordError(f"{entry}: is {file_kind(entry)}, not an HDF5 file; restore it "
+                              "from a backup")
     workers = paths.worker_files()
     if not workers and paths.results_file.is_file():
         return _read_results(paths.results_file)
@@ -118,13 +123,14 @@ def open_run(run_dir: str | Path) -> RunData:
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])
     damage = results_problem(paths)
-    if damage:
-        meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage)))
+    missing = paths.missing_workers(zip(jobs["job"].tolist(), jobs["layout"].tolist(),
+                                        strict=True))
+    if damage or missing:
+        meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage, missing)))
     last, earlier = split_parts(_concat([p[0] for p in parts], read_individual_dtype(space)))
     return RunData(
         individuals=with_eval_seconds(last, earlier),
-        epochs=_latest(_concat([p[1] for p in parts], epoch_dtype(metrics)), "individual",
-                       "epoch"),
+        epochs=_merged(_concat([p[1] for p in parts], epoch_dtype(metrics))),
         migrations=_by(_concat([p[2] for p in parts], migration_dtype()), "time"),
         jobs=jobs, space=space, config_table=config_table, metadata=meta,
         parts=as_parts(earlier))
@@ -330,6 +336,26 @@ def _latest(table: np.ndarray, *keys: str) -> np.ndarray:
     for key in keys:
         same &= table[key][1:] == table[key][:-1]
     return table[np.append(~same, True)]
+
+
+def _merged(epochs: np.ndarray) -> np.ndarray:
+    """One row per individual and epoch, sorted; each metric its last value recorded for that
+    epoch. An objective may report one epoch's metrics in several calls (``train_loss``, then
+    ``val_loss``), and a continued evaluation reports an epoch it trained again anew."""
+    ordered = _by(epochs, "individual", "epoch")
+    out = _latest(ordered, "individual", "epoch")
+    if len(out) == len(ordered):
+        return out
+    starts = np.ones(len(ordered), dtype=bool)
+    starts[1:] = (ordered["individual"][1:] != ordered["individual"][:-1]) | (
+        ordered["epoch"][1:] != ordered["epoch"][:-1])
+    group = np.cumsum(starts) - 1  # the row of ``out`` each row of ``ordered`` belongs to
+    for name in (ordered.dtype.names or ())[len(EPOCH_COLUMNS):]:
+        values = ordered[name]
+        last = np.full(len(out), -1)
+        np.maximum.at(last, group, np.where(np.isnan(values), -1, np.arange(len(values))))
+        out[name] = np.where(last >= 0, values[last], np.nan)
+    return out
 
 
 def last_parts(individuals: np.ndarray) -> np.ndarray:
