@@ -91,6 +91,23 @@ def a_file(s: Setup) -> Placeholders:
     return None
 
 
+def run_with_a_file_as(name: str) -> Callable[[Setup], Placeholders]:
+    """An existing run whose folder ``name`` is a file (a slip of cp or rsync)."""
+    def setup(s: Setup) -> Placeholders:
+        shutil.copytree(s.base, s.run_dir)
+        shutil.rmtree(s.run_dir / name, ignore_errors=True)
+        (s.run_dir / name).write_text("not a directory\n")
+        return None
+    return setup
+
+
+def results_as_a_directory(s: Setup) -> Placeholders:
+    shutil.copytree(s.base, s.run_dir)
+    (s.run_dir / "results.h5").unlink()
+    (s.run_dir / "results.h5").mkdir()
+    return None
+
+
 def foreign_files(s: Setup) -> Placeholders:
     s.run_dir.mkdir()
     (s.run_dir / "notes.txt").write_text("precious\n")
@@ -486,6 +503,14 @@ CASES = [
     Case("reversed_float_range", SEARCH,
          "atoll: error: space.x: low=2.0 is above high=1.0; swap the bounds",
          toml='[space.x]\ntype = "float"\nlow = 2.0\nhigh = 1.0\n'),
+    Case("empty_parameter_name", SEARCH,
+         "atoll: error: space: the parameter name '' is empty or has control characters; give "
+         "it a name the record's columns can hold",
+         toml='[space.""]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'),
+    Case("int_choice_beyond_64_bits", SEARCH,
+         "atoll: error: space.c: the choice 99999999999999999999 does not fit in 64 bits; give "
+         "a smaller number, or the value as a string",
+         toml='[space.c]\ntype = "categorical"\nchoices = [1, 99999999999999999999]\n'),
     Case("reversed_int_range", SEARCH,
          "atoll: error: space.n: low=5 is above high=1; swap the bounds",
          toml='[space.n]\ntype = "int"\nlow = 5\nhigh = 1\n'),
@@ -597,12 +622,25 @@ CASES = [
     Case("resume_of_a_file", RESUME,
          "atoll: error: {run_dir}: is a file, not a directory; give the directory of an Atoll "
          "run", setup=a_file),
+    Case("resume_with_checkpoints_a_file", RESUME + ("--set", "search.evaluations=9"),
+         "atoll: error: {run_dir}/checkpoints: is not a directory, but the run keeps its "
+         "checkpoints there; move it out of the run directory",
+         setup=run_with_a_file_as("checkpoints")),
+    Case("resume_with_logs_a_file", RESUME + ("--set", "search.evaluations=9"),
+         "atoll: error: {run_dir}/logs: is not a directory, but the run keeps its logs there; "
+         "move it out of the run directory", setup=run_with_a_file_as("logs")),
+    Case("resume_with_results_a_directory", RESUME + ("--set", "search.evaluations=9"),
+         "atoll: error: {run_dir}/results.h5: is a directory, but the run writes its results "
+         "there; move it out of the run directory", setup=results_as_a_directory),
     Case("resume_with_a_disallowed_set", RESUME + ("--set", "evolution.mutation=0.9"),
          "atoll: error: --set 'evolution.mutation=0.9': a resume may change only "
          "search.ranks_per_worker, search.islands, search.wall_time, record.flush_interval, "
          "search.evaluations, search.give_up_after; start a new run to change "
          "evolution.mutation",
          setup=existing_run),
+    Case("consolidate_of_a_results_file", ("consolidate", "{run_dir}/results.h5"),
+         "atoll: error: {run_dir}/results.h5: is a file; give the run's directory: "
+         "'atoll consolidate {run_dir}'", setup=existing_run),
     Case("inspect_of_a_foreign_dir", INSPECT,
          "atoll: error: {run_dir}: not an Atoll run (no run.h5, worker files or results.h5)",
          setup=foreign_files),
@@ -705,6 +743,9 @@ CASES = [
     Case("run_file_is_a_directory", RESUME,
          "atoll: error: {run_dir}/run.h5: is a directory, not an HDF5 file; restore it from a "
          "backup, or start a new run directory", setup=run_file_is("directory")),
+    Case("run_file_is_a_directory_inspect", INSPECT,
+         "atoll: error: {run_dir}/run.h5: is a directory, not an HDF5 file; restore it from a "
+         "backup", setup=run_file_is("directory")),
     Case("run_file_is_a_fifo", RESUME,
          "atoll: error: {run_dir}/run.h5: is a FIFO (named pipe), not an HDF5 file; restore it "
          "from a backup, or start a new run directory", setup=run_file_is("fifo")),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -204,6 +207,38 @@ def test_a_different_search_and_a_spent_budget_fail_with_the_search_line(tmp_pat
     assert rows_of(doctor.stdout)["budget"] == [FAIL]
 
 
+def test_a_run_directory_another_job_holds_fails_with_the_search_line(tmp_path):
+    """A live search holds the run directory: the doctor fails with the line a second search
+    refuses with, instead of saying "ready"; a claim of a job on another host is a warning
+    (a search waits for it to go stale)."""
+    run_dir = tmp_path / "r"
+    base = ["--config", SPHERE, "--run-dir", str(run_dir), "--set", "search.islands=1",
+            "--set", "search.generations=100000"]
+    holder = subprocess.Popen(atoll_cmd("search", *base, "-q"), cwd=ROOT, env=mpi_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (run_dir / "run.h5").exists():
+            time.sleep(0.1)
+        doctor = run(atoll_cmd("doctor", *base))
+        search = run(atoll_cmd("search", *base, "-q"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert search.returncode == 2 and "a job holds this run directory" in search.stderr
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+    assert refusal(doctor.stderr) == refusal(search.stderr)
+    assert rows_of(doctor.stdout)["run directory"] == [FAIL]
+
+    (run_dir / ".atoll-claim").write_text(json.dumps(
+        {"host": "another-node", "pid": 1, "slurm_job": "7", "since": time.time()}))
+    doctor = run(atoll_cmd("doctor", *base))
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert rows_of(doctor.stdout)["run directory"] == [WARN, OK]
+    assert "held by a job on another host (host another-node, pid 1, SLURM job 7" in \
+        flat(doctor.stdout)
+
+
 # --- the pure checks, on facts no machine here can show (GPUs) -----------------------------
 
 def view(rank, node, device, uuid=None, visible=None, name="NVIDIA A100-SXM4-40GB"):
@@ -334,7 +369,8 @@ def test_more_islands_than_workers_is_a_warning_and_ready(tmp_path):
     # sphere has 2 islands: 1 rank runs 1
     assert done.returncode == 0, done.stdout + done.stderr
     assert rows_of(done.stdout)["islands"] == [WARN]
-    assert "search.islands=2 is more than the 1 worker(s): the search runs 1" in flat(done.stdout)
+    assert "search.islands=2 is more than the 1 worker(s): the search runs 1 island(s)" in \
+        flat(done.stdout)
     # the search's own warning, once (doctor plans the job as the search does, and says it once)
     assert done.stderr.count("of this job (1 rank(s) / 1 per worker)") == 1, done.stderr
 

@@ -257,13 +257,32 @@ def test_a_finished_evaluations_row_is_written_while_the_next_one_reports_nothin
     assert not (trace / "go").exists()  # the second evaluation was still running
     row = open_run(run_dir).individuals
     assert row["id"].tolist() == [0] and row["loss"].tolist() == [1.0]
+    assert RunPaths(run_dir).checkpoint_file(0).exists()  # the kill came before it could go
     (trace / "go").touch()
     done = run(atoll_cmd("resume", str(run_dir)), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "continuing" not in done.stderr  # 0 was done; 1 had no checkpoint: bred again
+    assert not RunPaths(run_dir).checkpoint_file(0).exists()  # nothing wanted it any more
     ind = check_complete(run_dir, 4)
     assert ind[ind["id"] == 0]["loss"].tolist() == [1.0]
     assert (trace / "0.txt").read_text().split() == ["0"]  # 0 trained once
+
+
+def test_a_missing_worker_file_is_said_by_inspect_and_resume(tmp_path):
+    """A worker file lost in a copy: its rows are not in the record, said in one line rather
+    than a smaller run shown (and resumed) as if whole."""
+    run_dir, done = start(tmp_path, 3, "search.generations=4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lost = RunPaths(run_dir).worker_file(0, 1)
+    lost.unlink()
+    RunPaths(run_dir).results_file.unlink()
+    line = (f"1 worker file(s) of the run's jobs are missing ({lost}, for one): their rows, if "
+            "any, are not in the record; restore them from a backup")
+    shown = run(atoll_cmd("inspect", str(run_dir)))
+    assert shown.returncode == 0 and f"Warning: {line}" in shown.stdout, shown.stdout
+    done = resume(run_dir, 3, "search.evaluations=16")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count(line) == 1, done.stderr
 
 
 def test_resume_may_change_only_job_level_settings(tmp_path):

@@ -280,11 +280,14 @@ def consolidate(run_dir: Path, debug: bool) -> None:
     """
     _read_without_locks()  # results.h5 is built in memory and moved in place
     from atoll.collective import one_line
-    from atoll.errors import RecordError
+    from atoll.errors import RecordError, suggested
     from atoll.record import RunPaths, writing_results
     from atoll.record import consolidate as write_results
 
     def write() -> Path:
+        if run_dir.is_file():
+            raise RecordError(f"{run_dir}: is a file; give the run's directory: "
+                              f"{suggested('atoll', 'consolidate', run_dir.parent)}")
         try:
             paths = RunPaths(run_dir)
             with writing_results(paths):

@@ -33,6 +33,7 @@ from atoll.job.doctor_checks import (
     LOCK_VARIABLE,
     OK,
     SKIP,
+    WARN,
     Report,
     Row,
     command_gpu_rows,
@@ -52,6 +53,7 @@ from atoll.objectives.launch_env import gpu_share, nvidia_gpu_count, starts_torc
 from atoll.objectives.loader import objective_of
 from atoll.record import RunPaths
 from atoll.record.checkpoints import checkpoint_bytes
+from atoll.record.claim import STALE_AFTER, holder_of, refusal
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -264,6 +266,19 @@ def _planned(config: Config, run_dir: Path | None, world_size: int) -> list[Row]
     if run_dir is None:
         error = _refusal(lambda: record.check_record_fits(config.space))
         return [Row("search space", FAIL, error)] if error else []
+    holding = holder_of(run_dir) if run_dir.is_dir() else None
+    held: list[Row] = []
+    if holding is not None:
+        holder, here = holding
+        if here:  # the search refuses at once
+            return [Row("run directory", FAIL, refusal(run_dir, holder))]
+        held = [Row("run directory", WARN, f"{run_dir}: held by a job on another host "
+                    f"({holder}); a search waits until its claim is stale ({STALE_AFTER:g} s "
+                    "without a heartbeat: the job is gone), and refuses if it is not")]
+    return held + _plan_of(config, run_dir, world_size)
+
+
+def _plan_of(config: Config, run_dir: Path, world_size: int) -> list[Row]:
     found: list[JobPlan] = []
     error = _refusal(lambda: found.append(plan_new_or_same(record.RunPaths(run_dir), config,
                                                              world_size)))

@@ -66,8 +66,8 @@ def layout_rows(config: Config, world_size: int) -> tuple[Layout | None, list[Ro
         return None, [Row("layout", FAIL, str(exc))]
     lowered = [Row("islands", WARN, f"search.islands={search.islands} is more than the "
                                     f"{layout.workers} worker(s): the search runs "
-                                    f"{layout.islands}")] if layout.islands < search.islands \
-        else []
+                                    f"{layout.islands} island(s)")] \
+        if layout.islands < search.islands else []
     leaders = [w * layout.ranks_per_worker for w in range(layout.workers)]
     islands = "; ".join(f"island {i}: workers {ranks_text(layout.workers_on_island(i))}"
                         for i in range(min(layout.islands, 4)))

@@ -158,10 +158,7 @@ def _take_when_gone(path: Path, text: str) -> None:
     seen = _written(path)
     holder = _parsed(seen)
     if not _wait_until_gone(path, holder):
-        raise RecordError(
-            f"{path.parent}: a job holds this run directory ({_describe(holder)}); wait for "
-            f"it to end, or if it is gone delete {path} (a claim unrefreshed for "
-            f"{STALE_AFTER:g} s is taken over by itself)")
+        raise RecordError(refusal(path.parent, _describe(holder)))
     _take_over(path, seen, holder)
     try:
         _create(path, text)
@@ -276,6 +273,27 @@ def _gone(path: Path, holder: dict[str, Any]) -> bool:
     if holder.get("host") == socket.gethostname() and isinstance(pid, int):
         return not running(pid)
     return False
+
+
+def holder_of(run_dir: Path) -> tuple[str, bool] | None:
+    """Who holds ``run_dir``, if a job that is not gone does: its description and whether it
+    runs on this host (a search refuses at once; one on another host is waited for until its
+    claim would be stale). For ``atoll doctor``, which takes no claim."""
+    path = run_dir / CLAIM_FILE
+    if not path.exists():
+        return None
+    holder = _parsed(_read(path))
+    if _gone(path, holder):
+        return None
+    return _describe(holder), holder.get("host") == socket.gethostname()
+
+
+def refusal(run_dir: Path, holder: str) -> str:
+    """The line a search prints when a job holds ``run_dir``."""
+    path = run_dir / CLAIM_FILE
+    return (f"{run_dir}: a job holds this run directory ({holder}); wait for it to end, or "
+            f"if it is gone delete {path} (a claim unrefreshed for {STALE_AFTER:g} s is "
+            "taken over by itself)")
 
 
 def held(run_dir: Path) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import time
@@ -41,6 +42,8 @@ from atoll.record.commits import committed, committed_rows, seal
 from atoll.record.paths import RunPaths
 from atoll.record.schema import NEW_EPOCHS, check_param_names, create_table, job_dtype, put_attr
 from atoll.space import Space
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _LEFTOVERS = {".run.h5.tmp", CLAIM_FILE}  # what a killed create_run may leave; this job's claim
@@ -164,7 +167,32 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
                               "resume with the run's space or start a new run directory")
     for path in paths.worker_files():
         _check_worker(path, stored, run_id)
+    _check_kept_dirs(paths)
+    missing = paths.missing_workers(zip(jobs["job"].tolist(), jobs["layout"].tolist(),
+                                        strict=True))
+    if missing:
+        log.warning("%s", missing)
     return RunInfo(config_table, run_space, jobs, budget, run_id, config_dir)
+
+
+def _check_kept_dirs(paths: RunPaths) -> None:
+    """The folders a job writes into, where they exist: directories it may write (a file in
+    their place, or a read-only one, would fail the job midway, with its start recorded)."""
+    kept = ((paths.workers_dir, "worker files"), (paths.checkpoints_dir, "checkpoints"),
+            (paths.logs_dir, "logs"), (paths.models_dir, "kept model weights"),
+            (paths.run_dir / "work", "commands' working directories"))
+    for folder, what in kept:
+        if not (folder.exists() or folder.is_symlink()):
+            continue
+        if not folder.is_dir():
+            raise RecordError(f"{folder}: is not a directory, but the run keeps its {what} "
+                              "there; move it out of the run directory")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise RecordError(f"{folder}: cannot be written (read-only or no permission), but "
+                              f"the run keeps its {what} there; make it writable")
+    if paths.results_file.is_dir():
+        raise RecordError(f"{paths.results_file}: is a directory, but the run writes its "
+                          "results there; move it out of the run directory")
 
 
 def _check_worker(path: Path, stored_space: Any, run_id: str) -> None:

@@ -124,12 +124,25 @@ RESERVED_COLUMNS: tuple[str, ...] = tuple(COLUMNS["individuals"])
 EPOCH_COLUMNS: tuple[str, ...] = tuple(COLUMNS["epochs"])
 
 
+INT64 = np.iinfo(np.int64)
+
+
 def check_param_names(space: Space) -> None:
-    """Refuse parameter names that would collide with a fixed column of the individuals table."""
-    for name in space.names:
+    """Refuse what the individuals table cannot hold: a parameter name that collides with a
+    fixed column, that is empty or has control characters (HDF5 cuts a column name at NUL),
+    or an integer choice beyond 64 bits (found at the first row, it would end the run)."""
+    for param in space.params:
+        name = param.name
         if name in RESERVED_COLUMNS:
             raise ConfigError(f"space.{name}: the name {name!r} is reserved for the record; "
                               "rename the parameter")
+        if not name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name):
+            raise ConfigError(f"space: the parameter name {name!r} is empty or has control "
+                              "characters; give it a name the record's columns can hold")
+        for choice in getattr(param, "choices", ()):
+            if isinstance(choice, int) and not INT64.min <= choice <= INT64.max:
+                raise ConfigError(f"space.{name}: the choice {choice} does not fit in 64 bits; "
+                                  "give a smaller number, or the value as a string")
 
 
 def check_metric_name(name: object) -> str:
