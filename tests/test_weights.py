@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,15 +14,24 @@ from atoll.record.models import load_attrs, load_params, load_state_dict, save_s
 from conftest import mpirun_atoll
 
 
+def _search(tmp_path: Path, ranks: int, objective: str, *settings: str, said: str = ""
+            ) -> Path:
+    """A search of tests/objectives.py's ``objective``; ``said``: a line its stderr has once."""
+    run_dir = tmp_path / "run"
+    sets = [arg for s in settings for arg in ("--set", s)]
+    done = mpirun_atoll(
+        ranks, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir",
+        str(run_dir), "--set", f"objective.name=objectives:{objective}", *sets, "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not said or done.stderr.count(said) == 1, done.stderr[-3000:]
+    return run_dir
+
+
 def test_offering_every_epoch_keeps_each_individuals_best_and_the_runs_best(tmp_path):
     """Two leaders, six offers per evaluation (worse ones too): models/ holds exactly the run's
     best top_models, each file with its individual's best offer."""
-    run_dir = tmp_path / "run"
-    done = mpirun_atoll(
-        2, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
-        "--set", "objective.name=objectives:offers_every_epoch", "--set",
-        "search.generations=10", "--set", "record.top_models=3", "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = _search(tmp_path, 2, "offers_every_epoch", "search.generations=10",
+                      "record.top_models=3")
     ind = open_run(run_dir).individuals
     ok = ind[ind["status"] == int(Status.OK)]
     best3 = ok[np.argsort(ok["loss"])[:3]]
@@ -152,13 +163,8 @@ def test_a_command_searchs_best_keep_their_scripts_checkpoint_directories(tmp_pa
 def test_ddp_weights_lose_their_prefix_and_a_nan_loss_is_said(tmp_path):
     """ddp.state_dict() as offered (keys under ``module.``) is kept as the bare model's, so it
     loads into it; an offer with a NaN loss keeps nothing, said once."""
-    run_dir = tmp_path / "run"
-    done = mpirun_atoll(
-        1, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
-        "--set", "objective.name=objectives:misused_weights", "--set",
-        "search.generations=3", "--set", "record.top_models=3", "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stderr.count("ctx.keep_weights got loss nan") == 1
+    run_dir = _search(tmp_path, 1, "misused_weights", "search.generations=3",
+                      "record.top_models=3", said="ctx.keep_weights got loss nan")
     ind = open_run(run_dir).individuals
     for row in ind:
         kept = load_state_dict(run_dir / "models" / f"ind{int(row['id']):012d}.h5")
@@ -166,12 +172,8 @@ def test_ddp_weights_lose_their_prefix_and_a_nan_loss_is_said(tmp_path):
 
 
 def test_a_ctx_kept_past_its_call_is_refused_and_the_record_stays(tmp_path):
-    run_dir = tmp_path / "run"
-    done = mpirun_atoll(
-        1, "search", "--config", "tests/configs/slow_sphere.toml", "--run-dir", str(run_dir),
-        "--set", "objective.name=objectives:misused_weights", "--set",
-        "objective.options.keep_ctx=true", "--set", "search.generations=3", "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = _search(tmp_path, 1, "misused_weights", "objective.options.keep_ctx=true",
+                      "search.generations=3")
     run = open_run(run_dir)
     ind = run.individuals
     assert ind["status"].tolist() == [int(Status.OK), int(Status.FAILED), int(Status.FAILED)]
