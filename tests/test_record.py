@@ -788,6 +788,11 @@ def _check_whole_batches(path: Path, out: str, seed: int) -> None:
         allowed = {0} | {a[table] for a in announced}
         assert got[table] in allowed, (seed, table, got, announced[-3:])
         assert got[table] >= (done[-1][table] if done else 0), (seed, table, got, done[-3:])
+    _check_rows_in_order(run, seed)
+
+
+def _check_rows_in_order(run: RunData, seed: int) -> None:
+    """Each table holds the first rows ADD_ROW queued, whole, with nothing between them."""
     ind = run.individuals
     ids = np.arange(len(ind))
     assert np.array_equal(ind["id"], ids) and np.array_equal(ind["loss"], 0.5 * ids), seed
@@ -797,6 +802,43 @@ def _check_whole_batches(path: Path, out: str, seed: int) -> None:
     if len(run.epochs):  # else a kill before the first flush: no metric column yet
         assert np.array_equal(run.epochs["acc"], np.arange(len(run.epochs), dtype=float)), seed
     assert np.array_equal(run.migrations["individual"], 7 * np.arange(len(run.migrations))), seed
+
+
+TICKING_WRITER = ADD_ROW + textwrap.dedent("""
+    import os, sys, json, time
+    from atoll.record import WorkerLog
+    from atoll.space import Space
+    space = Space.from_dict(json.loads(sys.argv[2]))
+    log = WorkerLog(sys.argv[1], space, job=0, worker=0, flush_interval=0.01)
+    counts = [0, 0, 0]
+    os.write(1, b"ready\\n")
+    i = 0
+    while True:  # no flush of its own: the log's thread writes what waits meanwhile
+        add_row(log, i, i >= 300, counts)
+        i += 1
+        time.sleep(0.0005)  # as an evaluation would, outside the log
+""")
+
+
+def test_kill_9_while_the_flush_thread_writes_leaves_whole_rows(tmp_path: Path,
+                                                               space: Space) -> None:
+    seed = random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    env = {**os.environ, "PYTHONPATH": APP}
+    for k in range(4):
+        paths = new_run(tmp_path, space, f"run{k}")
+        path = paths.worker_file(0, 0)
+        proc = subprocess.Popen([sys.executable, "-c", TICKING_WRITER, str(path),
+                                 json.dumps(SPACE)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.3, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        run = open_run(paths.run_dir)
+        assert len(run.individuals) > 0, seed  # written by the thread alone
+        _check_rows_in_order(run, seed)
+        check_run(paths, space)  # and a resume accepts it
 
 
 def test_kill_9_leaves_whole_flushed_batches(tmp_path: Path, space: Space) -> None:
