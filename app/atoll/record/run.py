@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -188,8 +189,8 @@ def _check_kept_dirs(paths: RunPaths) -> None:
             raise RecordError(f"{folder}: is not a directory, but the run keeps its {what} "
                               "there; move it out of the run directory")
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise RecordError(f"{folder}: cannot be written (read-only or no permission), but "
-                              f"the run keeps its {what} there; make it writable")
+            code = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+            raise write_error(folder, OSError(code, os.strerror(code)))
     if paths.results_file.is_dir():
         raise RecordError(f"{paths.results_file}: is a directory, but the run writes its "
                           "results there; move it out of the run directory")
