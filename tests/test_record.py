@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -820,21 +821,30 @@ TICKING_WRITER = ADD_ROW + textwrap.dedent("""
 """)
 
 
-def test_kill_9_while_the_flush_thread_writes_leaves_whole_rows(tmp_path: Path,
-                                                               space: Space) -> None:
+def _killed_writers(tmp_path: Path, space: Space, writer: str, runs: int,
+                    after: tuple[float, float]) -> Iterator[tuple[RunPaths, str, int]]:
+    """Run ``writer`` on a new run's worker file ``runs`` times, each killed -9 at a random
+    time within ``after`` seconds of its start; (the run, its output, the seed) of each."""
     seed = random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     env = {**os.environ, "PYTHONPATH": APP}
-    for k in range(4):
+    for k in range(runs):
         paths = new_run(tmp_path, space, f"run{k}")
-        path = paths.worker_file(0, 0)
-        proc = subprocess.Popen([sys.executable, "-c", TICKING_WRITER, str(path),
+        proc = subprocess.Popen([sys.executable, "-c", writer, str(paths.worker_file(0, 0)),
                                  json.dumps(SPACE)], stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n"
-        time.sleep(rng.uniform(0.3, 1.2))
+        time.sleep(rng.uniform(*after))
         proc.send_signal(signal.SIGKILL)
+        out = proc.stdout.read().decode()
         proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        yield paths, out, seed
+
+
+def test_kill_9_while_the_flush_thread_writes_leaves_whole_rows(tmp_path: Path,
+                                                               space: Space) -> None:
+    for paths, _, seed in _killed_writers(tmp_path, space, TICKING_WRITER, 4, (0.3, 1.2)):
         run = open_run(paths.run_dir)
         assert len(run.individuals) > 0, seed  # written by the thread alone
         _check_rows_in_order(run, seed)
@@ -842,22 +852,8 @@ def test_kill_9_while_the_flush_thread_writes_leaves_whole_rows(tmp_path: Path,
 
 
 def test_kill_9_leaves_whole_flushed_batches(tmp_path: Path, space: Space) -> None:
-    seed = random.SystemRandom().randrange(2**32)
-    rng = random.Random(seed)
-    env = {**os.environ, "PYTHONPATH": APP}
-    for k in range(5):
-        paths = new_run(tmp_path, space, f"run{k}")
-        path = paths.worker_file(0, 0)
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), json.dumps(SPACE)],
-                                stdout=subprocess.PIPE, env=env)
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"ready\n"
-        time.sleep(rng.uniform(0.02, 0.8))
-        proc.send_signal(signal.SIGKILL)
-        out = proc.stdout.read().decode()
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL
-        _check_whole_batches(path, out, seed)
+    for paths, out, seed in _killed_writers(tmp_path, space, WRITER, 5, (0.02, 0.8)):
+        _check_whole_batches(paths.worker_file(0, 0), out, seed)
         check_run(paths, space)  # and a resume accepts it
 
 

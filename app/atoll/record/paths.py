@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,22 +157,6 @@ class RunPaths:
         if before_job is not None:
             found = [p for p in found if _job_worker(p)[0] < before_job]
         return sorted(found, key=_job_worker)
-
-    def missing_workers(self, jobs: Iterable[tuple[int, str]]) -> str:
-        """"" or one line naming the worker files that run.h5's jobs ((job, layout JSON))
-        had and that are not there (lost in a copy, moved away): their rows are not read."""
-        missing = []
-        for job, layout in jobs:
-            try:
-                workers = int(json.loads(layout)["workers"])
-            except (ValueError, KeyError, TypeError):  # an older or damaged layout: no count
-                continue
-            missing += [path for path in (self.worker_file(int(job), w) for w in range(workers))
-                        if not path.exists()]
-        if not missing:
-            return ""
-        return (f"{len(missing)} worker file(s) of the run's jobs are missing ({missing[0]}, for "
-                "one): their rows, if any, are not in the record; restore them from a backup")
 
     def temp_for(self, path: Path) -> Path:
         return temp_for(path)

@@ -33,6 +33,7 @@ from atoll.record._h5 import (
 )
 from atoll.record.commits import DAMAGED_HINT, committed, repeated
 from atoll.record.paths import RunPaths
+from atoll.record.run import missing_workers
 from atoll.record.schema import (
     EPOCH_COLUMNS,
     NEW_EPOCHS,
@@ -123,8 +124,7 @@ def open_run(run_dir: str | Path) -> RunData:
                 unclosed_worker_files=[str(p) for p, part in zip(workers, parts, strict=True)
                                        if not part[3]])
     damage = results_problem(paths)
-    missing = paths.missing_workers(zip(jobs["job"].tolist(), jobs["layout"].tolist(),
-                                        strict=True))
+    missing = missing_workers(paths, jobs)
     if damage or missing:
         meta["warning"] = "; ".join(filter(None, (meta.get("warning"), damage, missing)))
     last, earlier = split_parts(_concat([p[0] for p in parts], read_individual_dtype(space)))

@@ -169,11 +169,27 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
     for path in paths.worker_files():
         _check_worker(path, stored, run_id)
     _check_kept_dirs(paths)
-    missing = paths.missing_workers(zip(jobs["job"].tolist(), jobs["layout"].tolist(),
-                                        strict=True))
+    missing = missing_workers(paths, jobs)
     if missing:
         log.warning("%s", missing)
     return RunInfo(config_table, run_space, jobs, budget, run_id, config_dir)
+
+
+def missing_workers(paths: RunPaths, jobs: np.ndarray) -> str:
+    """"" or one line naming the worker files that run.h5's ``jobs`` had and that are not
+    there (lost in a copy, moved away): their rows are not read."""
+    missing = []
+    for job, layout in zip(jobs["job"].tolist(), jobs["layout"].tolist(), strict=True):
+        try:
+            workers = int(json.loads(layout)["workers"])
+        except (ValueError, KeyError, TypeError):  # an older or damaged layout: no count
+            continue
+        missing += [path for path in (paths.worker_file(job, w) for w in range(workers))
+                    if not path.exists()]
+    if not missing:
+        return ""
+    return (f"{len(missing)} worker file(s) of the run's jobs are missing ({missing[0]}, for "
+            "one): their rows, if any, are not in the record; restore them from a backup")
 
 
 def _check_kept_dirs(paths: RunPaths) -> None:

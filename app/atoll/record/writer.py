@@ -212,8 +212,7 @@ class WorkerLog:
         return due
 
     def _due(self, now: float) -> bool:
-        return now - self._last_flush >= self._interval and bool(
-            self._individuals or self._epochs or self._migrations)
+        return now - self._last_flush >= self._interval and self.pending > 0
 
     def _flush_waiting(self) -> None:
         """The ticker's: flush rows that waited ``flush_interval`` seconds (the loop's thread
