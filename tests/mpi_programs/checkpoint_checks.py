@@ -104,6 +104,12 @@ def attempt(action: Any) -> dict[str, Any]:
     return {"value": value, "error": error, "seconds": time.monotonic() - started}
 
 
+def ended(ctx: Context) -> None:
+    """The end of an evaluation on this rank, as the evaluator ends one (every rank meets)."""
+    assert ctx._services.meeting is not None
+    ctx._services.meeting.end()
+
+
 def misuse(base: Path) -> dict[str, Any]:
     """Calls on some ranks only, then different epochs, then proper calls."""
     rank, facts = COMM.Get_rank(), {}
@@ -112,12 +118,18 @@ def misuse(base: Path) -> dict[str, Any]:
     alone = [make_ctx(run_dir, "run", ident, 1, group=SHORT) for ident in (50, 51)]
     if rank == 0:
         facts["leader_only_save"] = attempt(lambda: alone[0].save_checkpoint({"w": 1}, 0))
-    COMM.Barrier()
+    COMM.Barrier()  # rank 1 trains meanwhile (in the torch collectives of its epoch)
+    # then every rank: the next call works (the DDP habit of saving on rank 0 only, caught)
+    facts["then_every_rank"] = attempt(lambda: alone[0].save_checkpoint({"w": 2}, 1))
+    then_loaded = alone[0].load_checkpoint()
+    facts["then_loaded"] = None if then_loaded is None else then_loaded.epoch
+    ended(alone[0])
     if rank == 1:
         facts["follower_only_load"] = attempt(lambda: alone[1].load_checkpoint())
-    COMM.Barrier()
+    ended(alone[1])  # the leader's end of the evaluation answers the follower's lone call
     ctx = make_ctx(run_dir, "run", 52, 1, group=SHORT)
     facts["different_epochs"] = attempt(lambda: ctx.save_checkpoint({"w": 1}, 1 + rank))
+    ended(ctx)
     facts["unstorable"] = attempt(lambda: make_ctx(run_dir, "run", 54, 1)
                                   .save_checkpoint({"opt": {1, 2}}, 0))
     state = {"w": torch.full((4,), float(rank)), "rank": rank}

@@ -1,9 +1,10 @@
 """The checkpoint calls of one evaluation (``ctx.save_checkpoint``, ``ctx.load_checkpoint``).
 
-Both are collective over the worker: the ranks first meet (:func:`atoll.collective.gather_within`,
-so a call on some ranks only is one error naming the missing ranks within
-``distributed.timeout``, never a hang), then the leader writes (every DDP replica holds the same
-state) or every rank reads, and all ranks end with the same answer.
+Both are collective over the worker: the ranks first meet where ``ctx.report`` meets
+(:class:`atoll.evaluation.meeting.Meeting`, so a call on some ranks only, or with different
+epochs, is one error naming the ranks within ``distributed.timeout``, never a hang, and the next
+call on every rank works again), then the leader writes (every DDP replica holds the same state)
+or every rank reads, and all ranks end with the same answer.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def lineage_of(about: Mapping[str, Any]) -> Inherited | None:
 
 
 class CheckpointCalls:
-    """One rank's checkpoint calls for one individual; counting them tells a call from a
-    left-over of an earlier one that some ranks made alone."""
+    """One rank's checkpoint calls for one individual; the calls every rank made are counted
+    (the same count on every rank) to tell one call's answers from another's."""
 
     def __init__(self, services: WorkerServices, individual_id: int,
                  about: Mapping[str, Any] | None = None) -> None:
@@ -63,16 +64,12 @@ class CheckpointCalls:
         store, comm = self.services.checkpoints, self.services.comm
         if store is None:
             return False
-        call = f"ctx.save_checkpoint(epoch={epoch})"
-        epochs = self._meet(call, int(epoch))
-        if len(set(epochs)) > 1:
-            raise ObjectiveError(f"{call}: the worker's ranks saved different epochs ("
-                                 + ", ".join(f"rank {r}: {e}" for r, e in enumerate(epochs))
-                                 + "); call it with the same epoch on every rank")
-        outcome: tuple[str, str] | None = None
-        if comm.Get_rank() == 0:
-            outcome = self._write(state, int(epoch))
-        kind, text = self._share(call, outcome)[0]
+        call = f"ctx.save_checkpoint(epoch={int(epoch)})"
+        with self.services.together(call):
+            outcome: tuple[str, str] | None = None
+            if comm.Get_rank() == 0:
+                outcome = self._write(state, int(epoch))
+            kind, text = self._share(call, outcome)[0]
         if kind == "error":
             raise ObjectiveError(text)
         return kind == "saved"
@@ -84,13 +81,13 @@ class CheckpointCalls:
         if store is None:
             return None
         call = "ctx.load_checkpoint()"
-        self._meet(call, None)
-        found, problem, inherited = None, "", self.inherited
-        try:  # whatever happens, every rank hears of it below: none waits for ever
-            found, inherited = self._read(store, map_location, comm.Get_rank() > 0)
-        except Exception as exc:  # noqa: BLE001 - shared with every rank, raised below
-            problem = described(exc)
-        outcomes = self._share(call, (None if found is None else found.epoch, problem))
+        with self.services.together(call):
+            found, problem, inherited = None, "", self.inherited
+            try:  # whatever happens, every rank hears of it below: none waits for ever
+                found, inherited = self._read(store, map_location, comm.Get_rank() > 0)
+            except Exception as exc:  # noqa: BLE001 - shared with every rank, raised below
+                problem = described(exc)
+            outcomes = self._share(call, (None if found is None else found.epoch, problem))
         problems = [f"rank {rank}: {text}" for rank, (_, text) in enumerate(outcomes) if text]
         if problems:
             raise ObjectiveError(f"{call}: {'; '.join(problems)}")
@@ -134,15 +131,11 @@ class CheckpointCalls:
         self.about["inherit_from"] = NO_PARENT if inherited is None else inherited.individual
         self.about["inherit_epoch"] = NO_EPOCH if inherited is None else inherited.epoch
 
-    def _meet(self, call: str, item: Any) -> list[Any]:
-        """Every rank's ``item`` once all ranks called (within ``distributed.timeout``)."""
+    def _share(self, call: str, item: Any) -> list[Any]:
+        """Every rank's ``item`` after work that may take long (a big write or read): called
+        only once every rank met at ``call``, so it waits without a limit."""
         self.calls += 1
         return gather_within(self.services.comm, (self.individual_id, self.calls), item,
-                             self.services.group.timeout, call, ObjectiveError)
-
-    def _share(self, call: str, item: Any) -> list[Any]:
-        """Every rank's ``item`` after work that may take long (a big write or read)."""
-        return gather_within(self.services.comm, (self.individual_id, self.calls, "done"), item,
                              math.inf, call, ObjectiveError)
 
     def _write(self, state: Any, epoch: int) -> tuple[str, str]:
