@@ -117,7 +117,8 @@ def test_a_live_holder_is_named_and_nothing_is_written(tmp_path):
 
 def test_a_claim_found_before_its_holder_wrote_its_name_names_the_holder(tmp_path):
     """Where hard links are refused a claim is created, then written: a job meeting it empty
-    waits for the name instead of judging an unknown holder (80 s, then "holder unknown")."""
+    waits for the name instead of judging an unknown holder (80 s, then "no holder named in
+    it")."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / CLAIM_FILE).touch()

@@ -87,6 +87,12 @@ def test_a_finished_run_resumes_to_nothing_until_its_budget_is_raised(tmp_path):
     assert "No job ran: the run's budget is spent" in done.stdout
     assert done.stderr.count("the run's budget is spent (20 of 20 evaluations)") == 1
     assert digest(run_dir) == before  # no job row, no files
+    done = resume(run_dir, 2, "search.evaluations=10")  # below what it holds: said so
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("the run's budget is spent (it holds 20 evaluations, more than the "
+                             "10 asked for): no job was started; to go on, raise it above 20 "
+                             "with 'atoll resume") == 1, done.stderr
+    assert digest(run_dir) == before
     # A larger total budget extends it, under another layout; later resumes keep it.
     done = resume(run_dir, 4, "search.evaluations=30")
     assert done.returncode == 0, done.stderr[-2000:]

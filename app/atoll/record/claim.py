@@ -320,7 +320,7 @@ def running(pid: int) -> bool:
 
 def _describe(holder: dict[str, Any]) -> str:
     if not holder:
-        return "holder unknown"
+        return "no holder named in it: empty or damaged"
     text = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
     if holder.get("slurm_job"):
         text += f", SLURM job {holder['slurm_job']}"
