@@ -589,6 +589,10 @@ CASES = [
     Case("config_file_missing", ("search", "--config", "{tmp}/missing.toml", "--run-dir",
                                  "{run_dir}"),
          "atoll: error: {tmp}/missing.toml: no such config file"),
+    Case("config_file_empty", SEARCH,
+         "atoll: error: {config}: the config file sets nothing (empty, or comments only); write "
+         "the search in it, or leave out --config to run the embedded default",
+         toml="# the search, to be written\n"),
     Case("config_is_a_directory", ("search", "--config", "{tmp}", "--run-dir", "{run_dir}"),
          "atoll: error: {tmp}: is a directory, not a config file"),
     Case("config_not_utf8", ("search", "--config", "{tmp}/latin1.toml", "--run-dir",

@@ -28,9 +28,14 @@ def read_table(path: str | os.PathLike[str] | None) -> dict[str, Any]:
         label = os.fspath(path)
         text = _read_text(label)
     try:
-        return tomllib.loads(text)
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{label}: invalid TOML: {err}") from None
+    if not table:  # a file cut short or written to the wrong place: never the default unasked
+        raise ConfigError(f"{label}: the config file sets nothing (empty, or comments only); "
+                          "write the search in it, or leave out --config to run the embedded "
+                          "default")
+    return table
 
 
 def _read_text(path: str) -> str:
