@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 
@@ -161,6 +162,19 @@ def test_watch_started_before_the_run_exists_waits_for_it_and_follows_its_job(tm
                                    "job has not begun yet); Ctrl-C to stop")
     lines = progress_lines(out)
     assert lines and lines[-1].endswith("job ended") and "40 of 40 done" in lines[-1]
+
+
+def test_ctrl_c_stops_watching_without_an_error(tmp_path):
+    watch = subprocess.Popen(atoll_cmd("watch", str(tmp_path / "pending run")), cwd=ROOT,
+                             env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert watch.stdout is not None and "Ctrl-C to stop" in watch.stdout.readline()
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=30)
+    finally:
+        kill_tree(watch)
+    assert watch.returncode == 0 and err == "" and out == ""
 
 
 def test_watch_on_a_terminal_draws_a_live_table_with_verbose_rows_above(tmp_path):

@@ -259,8 +259,11 @@ def watch(run_dir: Path, interval: float, plain: bool, verbose: bool, no_wait: b
     from atoll.views.progress import follow
 
     live = sys.stdout.isatty() and not plain
-    _guarded(lambda: follow(run_dir, interval=interval, live=live, each=verbose, after=after,
-                            parent=parent, wait=not (no_wait or parent)), debug)
+    try:
+        _guarded(lambda: follow(run_dir, interval=interval, live=live, each=verbose,
+                                after=after, parent=parent, wait=not (no_wait or parent)), debug)
+    except KeyboardInterrupt:  # Ctrl-C is how one stops watching (its waiting line says so)
+        pass
 
 
 @cli.command()
