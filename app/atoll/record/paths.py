@@ -68,9 +68,14 @@ class RunPaths:
         """The stdout and stderr of one worker rank's command for one individual."""
         return self.logs_dir / f"ind{individual_id:012d}-rank{rank}.log"
 
+    @property
+    def work_root(self) -> Path:
+        """The command objectives' working directories, one per individual."""
+        return self.run_dir / "work"
+
     def work_dir(self, individual_id: int) -> Path:
         """Where a command objective may write its files for one individual."""
-        return self.run_dir / "work" / f"ind{individual_id:012d}"
+        return self.work_root / f"ind{individual_id:012d}"
 
     @property
     def models_dir(self) -> Path:

@@ -197,7 +197,7 @@ def _check_kept_dirs(paths: RunPaths) -> None:
     their place, or a read-only one, would fail the job midway, with its start recorded)."""
     kept = ((paths.workers_dir, "worker files"), (paths.checkpoints_dir, "checkpoints"),
             (paths.logs_dir, "logs"), (paths.models_dir, "kept model weights"),
-            (paths.run_dir / "work", "commands' working directories"))
+            (paths.work_root, "commands' working directories"))
     for folder, what in kept:
         if not (folder.exists() or folder.is_symlink()):
             continue
