@@ -159,10 +159,6 @@ def load_for_worker(dataset: str, root: Path | str | None, split: str, comm: MPI
     return data
 
 
-def clear_cache() -> None:
-    _CACHE.clear()
-
-
 def check_name(dataset: str) -> None:
     known = (*DATASETS, *_BUILT)
     if dataset not in known:
