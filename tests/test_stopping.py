@@ -116,6 +116,35 @@ def test_a_signal_right_after_launch_is_a_stop_not_a_crash(tmp_path, delay):
     assert "Traceback" not in err and "Stopped before the budget was spent" in out
 
 
+def _ignore_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("nohup", [False, True])
+def test_sighup_stops_a_job_unless_it_was_started_under_nohup(tmp_path, nohup):
+    """A closed terminal sends SIGHUP: a clean stop (75), not a rank killed mid-write; under
+    nohup (SIGHUP ignored from the start) the job goes on."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", CONFIG, "--run-dir", str(run_dir), "-q", "--set",
+                  "search.generations=5000"), cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sighup if nohup else None)
+    deadline = time.monotonic() + 60
+    while not list(run_dir.glob("workers/*.h5")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # well inside the search
+    proc.send_signal(signal.SIGHUP)
+    if nohup:
+        time.sleep(1.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    assert ("job stopped early (SIGHUP)" in err) is not nohup, err
+    assert ("job stopped early (SIGUSR1)" in err) is nohup, err
+    assert 0 < completed_count(open_run(run_dir).individuals) < 5000
+
+
 CATCH_BEFORE_CLICK = """
 import signal, sys
 caught = {}

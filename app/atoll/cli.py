@@ -62,7 +62,7 @@ def cli() -> None:
     2 bad input (config, search space, rank layout, run directory), 70 gave up: evaluations
     kept failing and none succeeded (fix the objective, then resume), 74 stopped because the
     disk (or quota) is full: free space, then resume, 75 stopped early by a signal (SIGTERM,
-    SIGUSR1, SIGINT to a rank; SIGUSR1 to mpirun) or the wall time: resume to continue.
+    SIGUSR1, SIGINT, SIGHUP to a rank; SIGUSR1 to mpirun) or the wall time: resume to continue.
     SIGTERM or Ctrl-C to mpirun: Open MPI ends the job and exits 1; 'atoll inspect' shows
     how it ended. A search that fails on some ranks only ends every rank with exit code 1 after
     one line naming the rank and the cause.

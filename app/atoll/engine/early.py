@@ -9,15 +9,27 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-"""What stops a job: SIGTERM and SIGUSR1 (SLURM before a time limit), SIGINT (Ctrl-C)."""
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
+"""What stops a job: SIGTERM and SIGUSR1 (SLURM before a time limit), SIGINT (Ctrl-C), SIGHUP
+(its terminal closed), unless started under ``nohup``."""
 
 _caught: list[int] = []
+_stopping: tuple[signal.Signals, ...] = ()
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The stop signals of this process: SIGHUP only if it was not ignored when the process
+    started (``nohup``: the job is to outlive its terminal). Fixed at the first call."""
+    global _stopping
+    if not _stopping:
+        _stopping = tuple(sig for sig in SIGNALS if sig != signal.SIGHUP
+                          or signal.getsignal(sig) != signal.SIG_IGN)
+    return _stopping
 
 
 def catch_early() -> None:
     """Remember the stop signals from now on (main thread only)."""
-    for sig in SIGNALS:
+    for sig in stop_signals():
         signal.signal(sig, _remember)
 
 

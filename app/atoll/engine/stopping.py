@@ -21,7 +21,7 @@ import numpy as np
 
 from atoll.backoff import wait_gently
 from atoll.engine import early
-from atoll.engine.early import SIGNALS
+from atoll.engine.early import stop_signals
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -58,7 +58,7 @@ class StopFlag:
     def install(self) -> StopFlag:
         """Catch the stop signals (main thread only); :meth:`close` restores the old handlers.
         A stop signal caught before (:mod:`atoll.engine.early`) is a stop request now."""
-        for sig in SIGNALS:
+        for sig in stop_signals():
             self._previous[sig] = signal.signal(sig, self._on_signal)
         if early.caught():
             self.request(early.caught())
