@@ -26,6 +26,8 @@ from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_cmd, run
 
 SLOW = ("--config", "tests/configs/slow_sphere.toml", "-q")
 ROUNDS = 3  # before claims, 1 in 15 same-moment starts both ran and 5 of 5 resumes did
+ROUND_MARKS = [pytest.param(k, marks=[pytest.mark.slow] if k else []) for k in range(ROUNDS)]
+"""The first round in make test, the others in make test-slow."""
 TAKEOVER_ROUNDS = 16  # before the fix, about one run in two met both holding at once
 
 
@@ -60,7 +62,7 @@ def check_one_ran(done: list[subprocess.CompletedProcess[str]], run_dir: Path,
     assert f"delete {run_dir / CLAIM_FILE}" in loser.stderr
 
 
-@pytest.mark.parametrize("round_", range(ROUNDS))
+@pytest.mark.parametrize("round_", ROUND_MARKS)
 def test_two_searches_started_at_once_on_one_new_directory_run_once(tmp_path, round_):
     run_dir = tmp_path / "run"
     search = atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",
@@ -84,7 +86,7 @@ def test_where_hard_links_are_refused_two_searches_at_once_still_run_once(no_har
     assert not (run_dir / CLAIM_FILE).exists()
 
 
-@pytest.mark.parametrize("round_", range(ROUNDS))
+@pytest.mark.parametrize("round_", ROUND_MARKS)
 def test_two_resumes_at_once_run_once_and_count_nothing_twice(tmp_path, round_):
     run_dir = tmp_path / "run"
     first = run(atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "--set",

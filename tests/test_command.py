@@ -590,6 +590,7 @@ def test_the_supervisor_ends_everything_below_it_however_often_the_end_signal_co
                     os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow  # srun of a DDP script on a 2-rank worker
 def test_a_two_rank_command_search_launched_by_srun(slurm, tmp_path):
     """No mpirun: srun starts the ranks (PMIx), each starts the DDP script with torchrun's
     variables, and the script's gloo world is the worker's two ranks."""
@@ -642,6 +643,7 @@ def check_worlds(run_dir: Path, evaluations: int) -> list[dict[str, Any]]:
     return views
 
 
+@pytest.mark.slow  # scripts that start MPI of their own, on 2-rank workers
 def test_a_script_sees_a_torchrun_world_and_its_own_mpi_init_stays_out_of_the_job(
         tmp_path, monkeypatch):
     """A script whose library calls MPI_Init (mpi4py here; Lightning's MPI detection, DeepSpeed's
@@ -813,6 +815,7 @@ evaluations = 4
     assert "Traceback" not in done.stderr and not run_dir.exists()
 
 
+@pytest.mark.slow  # srun with GPUs per task
 def test_under_srun_a_script_keeps_the_slurm_job_and_not_its_mpi_place(slurm, tmp_path):
     """Also: with GPUs per task, Slurm shows each rank its own alone, where ``cuda:LOCAL_RANK``
     of the worker's second rank named its own second GPU (with one per task: no device); its

@@ -360,6 +360,7 @@ def test_importances_sum_to_one_and_rank_the_only_parameter_that_matters_first(t
 
 
 # -- running and killed runs -------------------------------------------------------------------
+@pytest.mark.slow  # a long search, killed part-way, reported at each stage
 def test_report_of_a_running_then_killed_search(tmp_path):
     run_dir = tmp_path / "live"
     generations = 1500  # long enough to outlive the report on a busy machine; killed anyway

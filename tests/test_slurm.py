@@ -155,8 +155,10 @@ def test_cpu_script_runs_a_search_with_staging_and_preflight(slurm, tmp_path):
     assert job["exit_code"] == 0 and '"world_size":2' in job["layout"].decode()
 
 
-@pytest.mark.parametrize(("script", "nodes"), [("single-node-gpu.sbatch", 1),
-                                               ("multi-node-gpu.sbatch", 2)])
+@pytest.mark.parametrize(("script", "nodes"), [
+    ("single-node-gpu.sbatch", 1),
+    pytest.param("multi-node-gpu.sbatch", 2, marks=pytest.mark.slow),  # srun across both nodes
+])
 def test_gpu_scripts_in_cpu_mode_through_submit(slurm, tmp_path, script, nodes):
     run_dir = tmp_path / "run"
     # 2 fake GPUs per node: one rank per GPU, so workers of 2 ranks; torch sees no CUDA here
@@ -404,6 +406,7 @@ def test_scancel_stops_the_chain_for_good(slurm, tmp_path, mode):
     assert 0 < completed(individuals(run_dir)) < 600
 
 
+@pytest.mark.slow  # a SLURM chain
 def test_a_stop_file_ends_the_chain_after_the_running_job(slurm, tmp_path):
     run_dir = tmp_path / "run"
     job, env = submitted(slurm, tmp_path, run_dir, "search.generations=300",
