@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -217,6 +218,35 @@ def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = 
         time.sleep(0.05)
     proc.wait()
     _remove_session_dir(proc.pid)
+
+
+def search_then_still(tmp_path: Path, config: Path, inner: str, mark: str
+                      ) -> tuple[Path, Path, int]:
+    """A search of one worker (one process), killed with -9 right after the first evaluation
+    that ``mark`` names ended (objectives.then_still: the next one reports nothing, and
+    ``record.flush_interval`` is long, so no flush of the loop's comes between); the run
+    directory, the trace folder, and the marked individual's id."""
+    trace = tmp_path / "trace"
+    trace.mkdir(exist_ok=True)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(config), "--run-dir", str(run_dir),
+                  "--set", "search.ranks_per_worker=1", "--set", "record.flush_interval=60",
+                  "--set", "objective.name=objectives:then_still",
+                  "--set", f"objective.options.inner={json.dumps(inner)}",
+                  "--set", f"objective.options.mark={json.dumps(mark)}",
+                  "--set", f"objective.options.trace={json.dumps(str(trace))}"),
+        cwd=ROOT, env=mpi_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(trace.glob("still-*")):
+            time.sleep(0.05)
+    finally:
+        kill_tree(proc)
+    marked = list(trace.glob("marked-*"))
+    assert marked and list(trace.glob("still-*")), "no evaluation was marked"
+    return run_dir, trace, int(marked[0].name.split("-")[1])
 
 
 def alive(pid: int) -> bool:

@@ -181,7 +181,11 @@ def quick_then_still(params: Mapping[str, Any], ctx: Any) -> float:
 def lineage_demo(params: Mapping[str, Any], ctx: Any) -> float:
     """``options.epochs`` (2) epochs from scratch, or numbered on from the checkpoint it
     inherits (as the classifier does), or continued from its own; val_loss = x0**2 + 1 /
-    (epochs its state holds + 1), so inherited training pays. Returns the last val_loss."""
+    (epochs its state holds + 1), so inherited training pays. Returns the last val_loss. The
+    epochs trained are appended to ``options.trace``/ID.txt, if given."""
+    from pathlib import Path
+
+    folder = ctx.options.get("trace")
     saved = ctx.load_checkpoint()
     held = int(saved.state["held"]) if saved is not None else 0
     first = 0 if ctx.inherited is None else ctx.inherited.epoch + 1
@@ -190,6 +194,9 @@ def lineage_demo(params: Mapping[str, Any], ctx: Any) -> float:
                        first + int(ctx.options.get("epochs", 2))):
         held += 1
         value = float(params["x0"]) ** 2 + 1.0 / (held + 1)
+        if folder:
+            with (Path(folder) / f"{ctx.individual_id}.txt").open("a") as f:
+                f.write(f"{epoch}\n")
         stop = ctx.report(epoch, val_loss=value)
         ctx.save_checkpoint({"held": held}, epoch)
         if stop:
@@ -233,6 +240,34 @@ def promotion_demo(params: Mapping[str, Any], ctx: Any) -> float:
             ctx.save_checkpoint({"epoch": epoch}, epoch)
         if ctx.report(epoch, val_loss=value + 1.0 / (epoch + 1)):
             break
+    return value
+
+
+def then_still(params: Mapping[str, Any], ctx: Any) -> float:
+    """On a worker of one rank: ``options.inner`` (``promotion_demo`` or ``lineage_demo``,
+    tracing into ``options.trace``). The first evaluation that ends after continuing its own
+    checkpoint (``options.mark = "promoted"``) or after inheriting one (``"inherited"``) leaves
+    ``options.trace``/marked-ID; the next evaluation then reports nothing (so nothing flushes
+    the record), marked by still-ID, until ``options.trace``/go exists. Each evaluation (each
+    part of a continued one) appends a line to ``options.trace``/parts-ID.txt."""
+    from pathlib import Path
+
+    trace = Path(ctx.options["trace"])
+    with (trace / f"parts-{ctx.individual_id}.txt").open("a") as f:
+        f.write("part\n")
+    if list(trace.glob("marked-*")) and not list(trace.glob("still-*")):
+        (trace / f"still-{ctx.individual_id}").touch()
+        deadline = time.monotonic() + 120
+        while not (trace / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    inner = ctx.options["inner"]
+    before = trace / (f"{ctx.individual_id}-rank0.txt" if inner == "promotion_demo"
+                      else f"{ctx.individual_id}.txt")
+    continued = before.exists() and before.read_text().strip() != ""
+    value = float(globals()[inner](params, ctx))
+    marks = continued if ctx.options["mark"] == "promoted" else ctx.inherited is not None
+    if marks and not list(trace.glob("marked-*")):
+        (trace / f"marked-{ctx.individual_id}").touch()
     return value
 
 

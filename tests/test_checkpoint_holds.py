@@ -20,7 +20,7 @@ from atoll.engine.topology import plan_layout
 from atoll.individual import NO_EPOCH, NO_PARENT, Individual, Origin
 from atoll.record import RunPaths, open_run, read_history
 from atoll.record.checkpoints import CheckpointStore, Retention, release_earlier_holds
-from conftest import mpirun_atoll, mpirun_cmd, run
+from conftest import atoll_cmd, mpirun_atoll, mpirun_cmd, run, search_then_still
 from objectives import LINEAGE_DEMO
 
 
@@ -335,3 +335,25 @@ def test_workers_of_one_island_find_the_parents_they_chose(tmp_path):
         better = min((row["parent_a"], row["parent_b"]), key=lambda p: (rows[p]["loss"], p))
         assert row["inherit_from"] == better, row
     assert set(RunPaths(run_dir).checkpoint_files()) == set(held(run_dir))
+
+
+def test_a_kill_before_an_inheriting_childs_row_keeps_its_checkpoint_for_the_next_job(tmp_path):
+    """A child that inherited and completed holds its checkpoint as a result before its row
+    is written; killed then, the next job continues it (its row is missing) but gave up the
+    killed job's holds first and deleted that checkpoint, so the child trained its epochs again
+    from its parent. Now it continues from its own checkpoint: every epoch trained once."""
+    config = tmp_path / "atoll.toml"
+    config.write_text("seed = 2\n" + LINEAGE_DEMO + "[search]\nevaluations = 10\n"
+                      "[evolution]\nstrategy = \"ga\"\npopulation_size = 2\n"
+                      "[inherit]\nenabled = true\nkeep = 1\n")
+    run_dir, trace, marked = search_then_still(tmp_path, config, "lineage_demo", "inherited")
+    assert marked not in open_run(run_dir).individuals["id"].tolist()  # its row was not in
+    assert RunPaths(run_dir).holds_dir(marked).is_dir()  # its checkpoint held as a result
+    trained = (trace / f"{marked}.txt").read_text().split()
+    (trace / "go").touch()
+    done = run(atoll_cmd("resume", str(run_dir)), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"under their ids: {marked}" in done.stderr
+    assert (trace / f"{marked}.txt").read_text().split() == trained  # nothing trained again
+    rows, _ = rows_and_epochs(run_dir)
+    assert rows[marked]["inherit_from"] != NO_PARENT  # and its lineage kept

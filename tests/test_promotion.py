@@ -34,7 +34,7 @@ from atoll.record.schema import individual_dtype
 from atoll.scheduling import Asha, Verdict
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import Space
-from conftest import ROOT, atoll_cmd, mpirun_atoll, run
+from conftest import ROOT, atoll_cmd, mpirun_atoll, run, search_then_still
 
 GO, PAUSE = Verdict.CONTINUE, Verdict.PAUSE
 SETTINGS = PruningConfig(rule="asha", eta=2, min_epochs=1)  # rungs after epochs 0, 1, 3, ...
@@ -556,3 +556,25 @@ def test_the_readme_shows_a_valid_asha_config():
     table = tomllib.loads(textwrap.dedent(block))
     config = parse_config({"objective": {"name": "sphere"}, **table})
     assert config.pruning.pauses and config.pruning.eta == 3
+
+
+def test_a_kill_right_after_a_promotion_ended_keeps_its_row_and_claims_nothing(tmp_path):
+    """A promoted evaluation's claim went at once and its row up to a flush interval later: a
+    kill between left the individual paused at its old rung with a checkpoint past it, which
+    no job could ever promote again (its training lost). The row is now in the record before
+    the claim goes."""
+    run_dir, trace, marked = search_then_still(tmp_path, write_config(tmp_path, 12),
+                                               "promotion_demo", "promoted")
+    parts = len((trace / f"parts-{marked}.txt").read_text().split())
+    assert parts >= 2  # paused, then promoted at least once
+    rows = read_history(run_dir, 1)[0]
+    assert np.count_nonzero(rows["id"] == marked) == parts  # the promoted part's row is in
+    assert not RunPaths(run_dir).promotion_claim(marked).exists()
+    (trace / "go").touch()
+    done = run(atoll_cmd("resume", str(run_dir)), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_history(run_dir, 2)[0]
+    assert np.count_nonzero(np.isin(rows["status"], FINISHED)) == 12
+    for ident in np.unique(rows["id"]).tolist():  # every epoch trained once, in every part
+        trained = (trace / f"{ident}-rank0.txt").read_text().split()
+        assert trained == [str(e) for e in range(len(trained))], (ident, trained)

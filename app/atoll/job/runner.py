@@ -50,7 +50,7 @@ from atoll.job.plan import (
 from atoll.job.preflight import check_torchrun_layout, preflight
 from atoll.logs import rank_log
 from atoll.objectives.loader import objective_of
-from atoll.record import full, promotion
+from atoll.record import full, holds, promotion
 from atoll.record.checkpoints import (
     CheckpointStore,
     Retention,
@@ -243,6 +243,12 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None and keeper is not None
     keeps_directories = bool(config.objective.command) and config.record.top_models > 0
+    promoted: set[int] = set()  # claims on paused individuals, released once the row is in
+
+    def release_promoted(ids: list[int]) -> None:
+        for ident in promoted.intersection(ids):
+            promoted.discard(ident)
+            promotion.release(paths, ident)
 
     def hand_out_and_evaluate(ind: Individual) -> None:
         link.hand_out(ind)
@@ -251,8 +257,10 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
             keeper.offer_directory(ind.id, ind.loss, paths.command_checkpoint_dir(ind.id))
         if ind.status in FINISHED:  # an interrupted or paused one keeps its checkpoint
             retention.finished(ind)
-        if config.pruning.pauses:
-            promotion.release(paths, ind.id)
+        if config.pruning.pauses and paths.promotion_claim(ind.id).exists():
+            # a kill before its row is in leaves the claim: the next job continues it
+            promoted.add(ind.id)
+            log_file.write_at_once(ind.id)
         if pruning is not None:
             pruning.finished(ind)
 
@@ -268,6 +276,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         listeners=[FailureWatch(config.search.give_up_after, succeeded, stop.request).learn,
                    retention.learn],
         curves=pruning, holds=retention, hear_started=hear_started)
+    log_file.when_written(release_promoted)
     return Leader(loop, link, log_file, evaluator)
 
 
@@ -331,6 +340,11 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     if topo.worker == 0:  # one leader, while no leader of this job holds anything yet
         discard_finished(checkpoints, individuals["id"][np.isin(individuals["status"],
                                                                 FINISHED)].tolist())
+        forgotten = holds.forget_unrecorded(paths, set(individuals["id"].tolist()))
+        if forgotten:
+            log.info("the checkpoints of %d evaluation(s) a killed job ended but did not "
+                     "record are continued, no longer held as results: %s", len(forgotten),
+                     ", ".join(map(str, forgotten)))
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(set(individuals["id"].tolist()))}
     cut = promotion.held(paths)

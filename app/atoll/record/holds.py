@@ -18,6 +18,7 @@ gave it with a later copy still on its way), and goes with the last hold:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -65,6 +66,27 @@ def release_earlier(paths: RunPaths, job: int) -> list[int]:
         if _last(paths, ident):
             emptied.append(ident)
     return emptied
+
+
+def forget_unrecorded(paths: RunPaths, recorded: set[int]) -> list[int]:
+    """On a resume, before any leader of the job holds anything: remove the holds on the
+    checkpoints of individuals that have no row (a job killed between an evaluation's end and
+    its row's flush). The resume continues them from those checkpoints, which no earlier
+    job's hold may then take away; their ids."""
+    forgotten = []
+    for ident, folder in sorted(paths.holds_dirs().items()):
+        if ident in recorded:
+            continue
+        try:
+            held = list(folder.iterdir())
+        except FileNotFoundError:
+            continue
+        for path in held:
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        forgotten.append(ident)
+    return forgotten
 
 
 def _last(paths: RunPaths, individual_id: int) -> bool:

@@ -97,6 +97,7 @@ class WorkerLog:
         budget these rows must not touch; they are dropped then, and said."""
         self._last_flush = time.monotonic()
         self._next_epoch_now = False  # set before a checkpoint: flush its epoch's row at once
+        self._at_once: set[int] = set()  # individuals whose rows are flushed when added
         self._written: list[Callable[[list[int]], None]] = []  # told each flush's individuals
         self._untold: list[int] = []  # ids the ticker's flushes wrote, not yet told
         self._failed: Exception | None = None
@@ -139,6 +140,17 @@ class WorkerLog:
             self._individuals.append(fields_of(ind) + (len(text),) + params)
             if text:
                 self._texts.append(text)
+            if ind.id in self._at_once:
+                self._at_once.discard(ind.id)
+                self.flush()
+
+    def write_at_once(self, individual_id: int) -> None:
+        """Flush the next row of ``individual_id`` as soon as it is added, and tell the
+        listeners (:meth:`when_written`): what stands for its evaluation until then (a
+        promotion's claim) must not outlive it by a flush interval, when a kill would leave
+        neither."""
+        with self._lock:
+            self._at_once.add(individual_id)
 
     def add_epoch(self, individual_id: int, epoch: int, time: float,
                   metrics: Mapping[str, float]) -> None:
