@@ -164,10 +164,15 @@ def test_watch_started_before_the_run_exists_waits_for_it_and_follows_its_job(tm
     assert lines and lines[-1].endswith("job ended") and "40 of 40 done" in lines[-1]
 
 
+def _default_sigint() -> None:
+    """As on a terminal: the suite may run in the background, where SIGINT is ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_watching_without_an_error(tmp_path):
     watch = subprocess.Popen(atoll_cmd("watch", str(tmp_path / "pending run")), cwd=ROOT,
                              env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=_default_sigint)
     try:
         assert watch.stdout is not None and "Ctrl-C to stop" in watch.stdout.readline()
         watch.send_signal(signal.SIGINT)

@@ -120,6 +120,11 @@ def _ignore_sighup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+def _default_sighup() -> None:
+    """As a shell started from a terminal leaves it (the suite itself may run under nohup)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("nohup", [False, True])
 def test_sighup_stops_a_job_unless_it_was_started_under_nohup(tmp_path, nohup):
     """A closed terminal sends SIGHUP: a clean stop (75), not a rank killed mid-write; under
@@ -128,7 +133,7 @@ def test_sighup_stops_a_job_unless_it_was_started_under_nohup(tmp_path, nohup):
     proc = subprocess.Popen(
         atoll_cmd("search", "--config", CONFIG, "--run-dir", str(run_dir), "-q", "--set",
                   "search.generations=5000"), cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sighup if nohup else None)
+        stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sighup if nohup else _default_sighup)
     deadline = time.monotonic() + 60
     while not list(run_dir.glob("workers/*.h5")) and time.monotonic() < deadline:
         time.sleep(0.05)
