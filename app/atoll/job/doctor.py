@@ -286,8 +286,9 @@ def _plan_of(config: Config, run_dir: Path, world_size: int) -> list[Row]:
         return [Row("layout" if error in _layout_errors(config, world_size) else
                     "run directory", FAIL, error)]
     plan = found[0]
-    if plan.nothing_left:
-        return [Row("budget", FAIL, budget_spent(run_dir, plan))]
+    if plan.nothing_left:  # no failure: a search there runs no job and exits 0
+        return [Row("budget", WARN, budget_spent(run_dir, plan,
+                                                 "a search here starts no job (exit 0)"))]
     if not plan.resumed:
         return [Row("run directory", OK, f"{run_dir}: a new run")]
     return [Row("run directory", OK, f"{run_dir}: the same search, continued by this job"),

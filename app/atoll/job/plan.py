@@ -62,16 +62,16 @@ class JobPlan:
         return replace(self, job=job)
 
 
-def budget_spent(run_dir: Path, plan: JobPlan) -> str:
+def budget_spent(run_dir: Path, plan: JobPlan, outcome: str = "no job was started") -> str:
     """What a job says instead of starting on a run whose budget is spent (``atoll doctor``
-    fails with the same line)."""
+    warns with the same line, its ``outcome`` told as what a search would do)."""
     extend = suggested("atoll", "resume", run_dir, "--set", "search.evaluations=N")
     if plan.done > plan.budget:  # a budget lowered below what the run holds
         return (f"{run_dir}: the run's budget is spent (it holds {plan.done} evaluations, more "
-                f"than the {plan.budget} asked for): no job was started; to go on, raise it "
-                f"above {plan.done} with {extend}")
+                f"than the {plan.budget} asked for): {outcome}; to go on, raise it above "
+                f"{plan.done} with {extend}")
     return (f"{run_dir}: the run's budget is spent ({plan.done} of {plan.budget} evaluations): "
-            f"no job was started; extend it with {extend}")
+            f"{outcome}; extend it with {extend}")
 
 
 def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,

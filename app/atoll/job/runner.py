@@ -169,8 +169,11 @@ def _claimed_job(paths: record.RunPaths, comm: MPI.Comm, plan: Callable[[], JobP
         gathered = [s for s in comm.allgather(stats if topo.is_leader else None) if s is not None]
         disk_full = next((m for m in comm.allgather(full.seen()) if m), "")
         gave_up = any(reason == GAVE_UP for reason in comm.allgather(stop.reason))
+        # every rank's evaluations started after its own reading (on its host's clock): a
+        # rank that read late would miss its partners' first rows
+        began = min(comm.allgather(start))
         exit_code = exit_code_said(paths, job, sum(s.completed for s in gathered), disk_full,
-                            GAVE_UP if gave_up else stop.reason if stopped else "", start, comm)
+                            GAVE_UP if gave_up else stop.reason if stopped else "", began, comm)
         results, exit_code, disk_full = on_root(
             comm, lambda: finish_job(paths, job.job, exit_code, config, disk_full))
     return JobSummary(
