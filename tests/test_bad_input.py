@@ -645,6 +645,15 @@ CASES = [
     Case("consolidate_of_a_results_file", ("consolidate", "{run_dir}/results.h5"),
          "atoll: error: {run_dir}/results.h5: is a file; give the run's directory: "
          "'atoll consolidate {run_dir}'", setup=existing_run),
+    Case("inspect_of_a_config_file", ("inspect", "{config}"),
+         "atoll: error: {config}: not an Atoll run (not an HDF5 file); give the directory of an "
+         "Atoll run (or its results.h5)", toml="[search]\ngenerations = 3\n"),
+    Case("report_of_the_run_file", ("report", "{run_dir}/run.h5"),
+         "atoll: error: {run_dir}/run.h5: is one of a run's files; give the run's directory "
+         "({run_dir})", setup=existing_run),
+    Case("inspect_of_a_worker_file", ("inspect", "{run_dir}/workers/job000-worker00000.h5"),
+         "atoll: error: {run_dir}/workers/job000-worker00000.h5: is one of a run's files; give "
+         "the run's directory ({run_dir})", setup=existing_run),
     Case("inspect_of_a_foreign_dir", INSPECT,
          "atoll: error: {run_dir}: not an Atoll run (no run.h5, worker files or results.h5)",
          setup=foreign_files),

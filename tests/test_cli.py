@@ -111,6 +111,11 @@ def test_inspect_reads_files_without_mpi(tmp_path):
     done = run(atoll_cmd("inspect", str(run_dir)))
     assert done.returncode == 0 and "Evaluations: 4 (ok 4" in done.stdout
     assert "mpi4py" not in imported_modules("inspect", str(run_dir))
+    # its results.h5 given as a file: read as given, and said to be the copy it is
+    done = run(atoll_cmd("inspect", str(run_dir / "results.h5")))
+    assert done.returncode == 0 and "Evaluations: 4 (ok 4" in done.stdout
+    assert ("Read from results.h5 as given (its run directory's worker files may hold newer "
+            "rows: give the directory to read them)") in done.stdout
 
 
 BAD_CONFIGS = [

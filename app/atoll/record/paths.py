@@ -177,6 +177,11 @@ def job_of(worker_file: str | os.PathLike[str]) -> int:
     return _job_worker(Path(worker_file))[0]
 
 
+def is_worker_file(path: Path) -> bool:
+    """Whether ``path`` is named as a worker file in a run's ``workers`` folder."""
+    return path.parent.name == "workers" and _WORKER_NAME.fullmatch(path.name) is not None
+
+
 def _job_worker(path: Path) -> tuple[int, int, str]:
     """Sort key: numeric, so that job 1000 comes after job 999."""
     match = _WORKER_NAME.fullmatch(path.name)

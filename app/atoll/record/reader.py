@@ -32,7 +32,7 @@ from atoll.record._h5 import (
     text,
 )
 from atoll.record.commits import DAMAGED_HINT, committed, repeated
-from atoll.record.paths import RunPaths
+from atoll.record.paths import RESULTS_FILE, RUN_FILE, RunPaths, is_worker_file
 from atoll.record.run import missing_workers
 from atoll.record.schema import (
     EPOCH_COLUMNS,
@@ -100,6 +100,7 @@ def open_run(run_dir: str | Path) -> RunData:
         raise RecordError(f"{path}: no such file or directory; give the directory of an Atoll "
                           "run (or its results.h5)")
     if path.is_file():
+        _check_results_given(path)
         return _read_results(path)
     paths = RunPaths(path)
     for entry in (paths.run_file, paths.results_file):
@@ -205,6 +206,19 @@ def results_problem(paths: RunPaths, hint: str = "") -> str:
     except RecordError as exc:
         return str(exc)
     return ""
+
+
+def _check_results_given(path: Path) -> None:
+    """A file given instead of a run directory: its results.h5, or one line saying what to
+    give instead (a run's own file, or no Atoll file at all, is no damage to restore)."""
+    worker_file = is_worker_file(path)
+    if path.name == RUN_FILE or worker_file:
+        run_dir = path.parent.parent if worker_file else path.parent
+        raise RecordError(f"{path}: is one of a run's files; give the run's directory "
+                          f"({run_dir})")
+    if path.name != RESULTS_FILE and not h5py.is_hdf5(path):
+        raise RecordError(f"{path}: not an Atoll run (not an HDF5 file); give the directory "
+                          "of an Atoll run (or its results.h5)")
 
 
 def _hint(path: Path) -> str:

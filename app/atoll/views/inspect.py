@@ -15,6 +15,7 @@ import numpy as np
 from atoll.errors import RecordError
 from atoll.individual import FINISHED, Status
 from atoll.record import plain
+from atoll.record.paths import RunPaths
 from atoll.record.reader import RunData
 from atoll.record.schema import EPOCH_COLUMNS, MODE_NAMES
 from atoll.views.facts import (
@@ -54,7 +55,10 @@ def _header(run: RunData) -> str:
         bits.append(f"created {_when(meta['created'])}")
     lines = [f"Run {meta.get('run_dir', '?')} ({', '.join(bits)})"]
     if meta.get("source") == "results":
-        lines.append("Read from results.h5 (no worker files)")
+        beside = RunPaths(meta.get("run_dir", ".")).worker_files()
+        lines.append("Read from results.h5 as given (its run directory's worker files may hold "
+                     "newer rows: give the directory to read them)" if beside else
+                     "Read from results.h5 (no worker files)")
     return "\n".join(lines + notes(run))
 
 
