@@ -143,6 +143,21 @@ def test_watch_of_a_finished_run_prints_one_line_and_a_bad_dir_one_error(tmp_pat
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
 
 
+def test_watch_of_a_job_that_gave_up_says_so_and_what_to_do(tmp_path):
+    run_dir = tmp_path / "run"
+    gave_up = subprocess.run(
+        atoll_cmd("search", *SLOW, "--run-dir", str(run_dir), "-q", "--set",
+                  "objective.name=objectives:flaky", "--set", "objective.options.rate=1.0",
+                  "--set", "search.give_up_after=3"),
+        cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=120)
+    assert gave_up.returncode == 70, gave_up.stderr[-2000:]
+    done = subprocess.run(atoll_cmd("watch", str(run_dir)), cwd=ROOT, env=mpi_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert progress_lines(done.stdout)[-1].endswith(
+        "3 failed, job ended: gave up (exit 70): fix the objective, then resume"), done.stdout
+
+
 def test_watch_started_before_the_run_exists_waits_for_it_and_follows_its_job(tmp_path):
     run_dir = tmp_path / "pending run"  # a job still pending: nothing there yet
     watch = subprocess.Popen(atoll_cmd("watch", str(run_dir), "--interval", "0.5"), cwd=ROOT,

@@ -15,3 +15,9 @@ EXIT_DISK_FULL = 74
 A job script must not resubmit into a full disk."""
 EXIT_STOPPED = 75
 """EX_TEMPFAIL: stopped early (a signal, the wall time); resume to continue."""
+
+ENDED = {EXIT_FAILED: "failed on some ranks (exit 1): see its log, then resume",
+         EXIT_GAVE_UP: "gave up (exit 70): fix the objective, then resume",
+         EXIT_DISK_FULL: "disk full (exit 74): free space, then resume",
+         EXIT_STOPPED: "stopped early (exit 75): resume continues it"}
+"""How a job that ended otherwise than done is said by ``atoll watch``."""

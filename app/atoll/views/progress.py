@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from atoll.errors import RecordError, suggested
+from atoll.exit_codes import ENDED
 from atoll.individual import FINISHED, Status
 from atoll.record import RunPaths, open_run, plain
 from atoll.record.claim import held, running
@@ -39,6 +40,7 @@ class Snapshot:
     job: int  # the newest job (-1: none yet)
     job_start: float
     job_stop: float  # NaN while it runs
+    exit_code: int  # the newest job's, once it ended
     running: bool  # the newest job has not recorded its end
     budget: int
     completed: int  # evaluations that spend the budget, all jobs
@@ -72,6 +74,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
     job = int(jobs["job"][-1]) if len(jobs) else -1
     start = float(jobs["start"][-1]) if len(jobs) else time.time()
     stop = float(jobs["stop"][-1]) if len(jobs) else math.nan
+    exit_code = int(jobs["exit_code"][-1]) if len(jobs) else 0
     counted = np.isin(ind["status"], FINISHED)
     metric = main_metric(run)
     ok = ind[(ind["status"] == Status.OK) & np.isfinite(ind["loss"])]
@@ -91,7 +94,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
                              "objective": float(values(run, row["loss"])),
                              "worker": int(row["worker"]), "error": plain(row["error"])})
     return Snapshot(
-        job=job, job_start=start, job_stop=stop,
+        job=job, job_start=start, job_stop=stop, exit_code=exit_code,
         running=bool(len(jobs)) and not math.isfinite(stop),
         budget=int(run.metadata.get("budget") or 0), completed=int(np.count_nonzero(counted)),
         failed=int(np.count_nonzero(ind["status"] == Status.FAILED)),
@@ -133,8 +136,14 @@ def line(snap: Snapshot) -> str:
     if snap.running:
         parts.append(f"ETA {duration(snap.eta)}")
     else:
-        parts.append("job ended" if snap.job >= 0 else "waiting for the job to start")
+        parts.append(ended(snap) if snap.job >= 0 else "waiting for the job to start")
     return "[atoll] " + ", ".join(parts)
+
+
+def ended(snap: Snapshot) -> str:
+    """The end of the newest job, and what to do if it did not end done."""
+    how = ENDED.get(snap.exit_code)
+    return f"job ended: {how}" if how else "job ended"
 
 
 def individual_line(row: dict[str, Any], objective: str = "loss") -> str:
@@ -250,7 +259,7 @@ def _live_view(out: TextIO) -> tuple[Callable[[Snapshot], None], Callable[[], No
         for what, count, detail in _beyond_done(snap):
             table.add_row(what, f"{count}{detail}")
         table.add_row("best", _best(snap) if snap.best else "none yet")
-        table.add_row("ETA", duration(snap.eta) if snap.running else "job ended")
+        table.add_row("ETA", duration(snap.eta) if snap.running else ended(snap))
         live.update(table, refresh=True)
 
     return show, live.stop
