@@ -297,6 +297,8 @@ def test_evaluations_under_way_are_epochs_newer_than_their_individuals_last_part
     assert _training(run, since=2.0) == (0, 4)
     assert _training(run, since=0.0) == (0, 4, 7)
     assert _training(run, since=14.0) == ()
+    # no more than the job's workers: those that reported last (4's row may be unflushed)
+    assert _training(run, since=0.0, workers=2) == (0, 4)
 
 
 def test_this_job_counts_what_ended_in_it_also_when_bred_in_an_earlier_one(tmp_path):

@@ -9,6 +9,7 @@ more (a killed job records no end).
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
@@ -102,13 +103,24 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         this_job=int(np.count_nonzero(counted & (ind["finished"] >= start))),
         metric=metric, pruned=int(np.count_nonzero(ind["status"] == Status.PRUNED)),
         paused=int(np.count_nonzero(ind["status"] == Status.PAUSED)),
-        training=_training(run, start) if len(jobs) and not math.isfinite(stop) else (),
+        training=_training(run, start, _workers(jobs[-1])) if len(jobs) and
+        not math.isfinite(stop) else (),
         objective=value_name(run), best=best, new_rows=new_rows)
 
 
-def _training(run: RunData, since: float) -> tuple[int, ...]:
+def _workers(job: np.void) -> int:
+    """The workers of a job, from its layout (0 if it does not say)."""
+    try:
+        return int(json.loads(plain(job["layout"])).get("workers", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+def _training(run: RunData, since: float, workers: int = 0) -> tuple[int, ...]:
     """The last epoch each evaluation under way reported (its epochs reach the files as it
-    trains): epochs of this job newer than their individual's last recorded part, if any."""
+    trains): epochs of this job newer than their individual's last recorded part, if any; of
+    those, the ``workers`` (the job's) that reported last (an evaluation that ended shows so
+    until its row is flushed, while its worker already trains the next)."""
     ind, epochs = run.individuals, run.epochs
     ended = np.full(len(epochs), -np.inf)  # when each epoch's individual's last part ended
     if len(ind):
@@ -121,8 +133,10 @@ def _training(run: RunData, since: float) -> tuple[int, ...]:
     if not len(ahead):
         return ()
     ahead = ahead[np.lexsort((ahead["epoch"], ahead["individual"]))]
-    last = np.flatnonzero(np.append(np.diff(ahead["individual"]) != 0, True))
-    return tuple(sorted(ahead["epoch"][last].tolist()))
+    last = ahead[np.flatnonzero(np.append(np.diff(ahead["individual"]) != 0, True))]
+    if workers:
+        last = last[np.argsort(-last["time"], kind="stable")[:workers]]
+    return tuple(sorted(last["epoch"].tolist()))
 
 
 def line(snap: Snapshot) -> str:
