@@ -1,6 +1,7 @@
-"""The calls every rank of a worker must make together (``ctx.report``, the first use of
-``ctx.process_group`` or ``ctx.device``): the ranks meet before each, so that a call made on
-some ranks only is one clear error instead of a hang.
+"""The calls every rank of a worker must make together (``ctx.report``,
+``ctx.stop_requested``, the checkpoint calls, the first use of ``ctx.process_group`` or
+``ctx.device``): the ranks meet before each, so that a call made on some ranks only is one
+clear error instead of a hang.
 
 The leader coordinates. A follower tells it which call it reached and waits for its answer.
 The leader waits for every follower, at most ``distributed.timeout`` seconds
