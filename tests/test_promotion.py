@@ -465,6 +465,10 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
         ind["loss"][ind["status"] == int(Status.PAUSED)])])
     paths.checkpoint_file(gone).unlink()
     parts_of_gone = np.count_nonzero(read_history(run_dir, 1)[0]["id"] == gone)
+    # ... and as if it had been killed after a promotion's row was written, before its claim
+    # went (an empty claim, as where hard links are refused): the claim goes, nothing else
+    done = int(ind["id"][ind["status"] == int(Status.OK)][0])
+    paths.promotion_claim(done).touch()
     again = mpirun_atoll(4, "resume", str(run_dir), "--set", "search.evaluations=24", "-q")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("paused individual(s) have no checkpoint any more") == 1

@@ -341,8 +341,10 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         return None, [], [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
     if topo.worker == 0:  # one leader, while no leader of this job holds anything yet
-        discard_finished(checkpoints, individuals["id"][np.isin(individuals["status"],
-                                                                FINISHED)].tolist())
+        finished = individuals["id"][np.isin(individuals["status"], FINISHED)].tolist()
+        discard_finished(checkpoints, finished)
+        for ident in promotion.held(paths).intersection(finished):  # its row came first
+            promotion.release(paths, ident)  # a hard link would keep the checkpoint's bytes
         forgotten = holds.forget_unrecorded(paths, set(individuals["id"].tolist()))
         if forgotten:
             log.info("the checkpoints of %d evaluation(s) a killed job ended but did not "
