@@ -340,18 +340,19 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     if not plan.resumed:
         return None, [], [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
+    recorded = set(individuals["id"].tolist())
     if topo.worker == 0:  # one leader, while no leader of this job holds anything yet
         finished = individuals["id"][np.isin(individuals["status"], FINISHED)].tolist()
         discard_finished(checkpoints, finished)
         for ident in promotion.held(paths).intersection(finished):  # its row came first
             promotion.release(paths, ident)  # a hard link would keep the checkpoint's bytes
-        forgotten = holds.forget_unrecorded(paths, set(individuals["id"].tolist()))
+        forgotten = holds.forget_unrecorded(paths, recorded)
         if forgotten:
             log.info("the checkpoints of %d evaluation(s) a killed job ended but did not "
                      "record are continued, no longer held as results: %s", len(forgotten),
                      ", ".join(map(str, forgotten)))
     unrecorded = {c.individual: c.about
-                  for c in checkpoints.unrecorded(set(individuals["id"].tolist()))}
+                  for c in checkpoints.unrecorded(recorded)}
     cut = promotion.held(paths)
     waiting = to_continue(to_resume(individuals, cut), plan.config.space, topo.layout.workers,
                           topo.worker, unrecorded)

@@ -18,7 +18,6 @@ gave it with a later copy still on its way), and goes with the last hold:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -83,8 +82,7 @@ def forget_unrecorded(paths: RunPaths, recorded: set[int]) -> list[int]:
             continue
         for path in held:
             path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+        _last(paths, ident)
         forgotten.append(ident)
     return forgotten
 

@@ -71,9 +71,9 @@ def _jobs(jobs: np.ndarray) -> list[str]:
         else:  # only the newest job may still run: an earlier one without an end was killed
             end = "running or killed" if index == len(jobs) - 1 else "killed (no end recorded)"
         layout = " ".join(f"new ids {v[0]}-{v[1] - 1}" if k == "ids" else f"{k}={v}"
-                          for k, v in _json(row["layout"]).items())
-        hosts = ",".join(_json(row["hosts"]))
-        slurm = " ".join(f"{k}={v}" for k, v in _json(row["slurm"]).items())
+                          for k, v in json_value(row["layout"]).items())
+        hosts = ",".join(json_value(row["hosts"]))
+        slurm = " ".join(f"{k}={v}" for k, v in json_value(row["slurm"]).items())
         line = f"  job {int(row['job'])}: {_when(start)} -> {end}; {layout}; hosts {hosts}"
         lines.append(line + (f"; slurm {slurm}" if slurm else ""))
     return lines
@@ -153,7 +153,8 @@ def _cell(value: Any) -> str:
     return str(plain(value))
 
 
-def _json(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """A JSON cell of the record (bytes or text) as data; {} where it is none."""
     try:
         return json.loads(value.decode() if isinstance(value, bytes) else value)
     except (TypeError, ValueError):

@@ -9,7 +9,6 @@ more (a killed job records no end).
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -29,7 +28,7 @@ from atoll.record import RunPaths, open_run, plain
 from atoll.record.claim import held, running
 from atoll.record.reader import RunData
 from atoll.views.facts import best_epoch_values, main_metric, value_name, values
-from atoll.views.inspect import duration
+from atoll.views.inspect import duration, json_value
 
 LIVE_REFRESH = 1.0  # seconds between redraws of the live view on a terminal
 
@@ -76,6 +75,7 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
     start = float(jobs["start"][-1]) if len(jobs) else time.time()
     stop = float(jobs["stop"][-1]) if len(jobs) else math.nan
     exit_code = int(jobs["exit_code"][-1]) if len(jobs) else 0
+    workers = int(json_value(jobs["layout"][-1]).get("workers", 0)) if len(jobs) else 0
     counted = np.isin(ind["status"], FINISHED)
     metric = main_metric(run)
     ok = ind[(ind["status"] == Status.OK) & np.isfinite(ind["loss"])]
@@ -103,17 +103,9 @@ def take(run_dir: Path, seen: set[int] | None = None) -> Snapshot:
         this_job=int(np.count_nonzero(counted & (ind["finished"] >= start))),
         metric=metric, pruned=int(np.count_nonzero(ind["status"] == Status.PRUNED)),
         paused=int(np.count_nonzero(ind["status"] == Status.PAUSED)),
-        training=_training(run, start, _workers(jobs[-1])) if len(jobs) and
-        not math.isfinite(stop) else (),
+        training=_training(run, start, workers) if len(jobs) and not math.isfinite(stop)
+        else (),
         objective=value_name(run), best=best, new_rows=new_rows)
-
-
-def _workers(job: np.void) -> int:
-    """The workers of a job, from its layout (0 if it does not say)."""
-    try:
-        return int(json.loads(plain(job["layout"])).get("workers", 0))
-    except (ValueError, TypeError, AttributeError):
-        return 0
 
 
 def _training(run: RunData, since: float, workers: int = 0) -> tuple[int, ...]:
