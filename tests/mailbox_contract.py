@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from atoll.engine.island import Mailbox
-from atoll.engine.protocol import Tag
+from atoll.engine.protocol import COUNTED, Tag
 from atoll.individual import Individual, Status
 from atoll.space import Space
 
@@ -16,6 +16,7 @@ SPACE = Space.from_dict({"x": {"type": "float", "low": -1.0, "high": 1.0},
 
 
 CARRY_INDIVIDUALS = (Tag.MIGRANT, Tag.RESULT, Tag.STARTED)
+CARRY_COUNTS = tuple(sorted(COUNTED))
 
 
 class Inbox:
@@ -27,6 +28,9 @@ class Inbox:
     def __call__(self, tag: Tag, source: int, payload: Any) -> None:
         if tag == Tag.DEACTIVATE:
             self.got.append([source, "deactivate", *payload])
+        elif tag in COUNTED:
+            assert isinstance(payload, int)
+            self.got.append([source, "count", tag.name, payload])
         else:
             assert isinstance(payload, Individual)
             self.got.append([source, tag.name, payload.id, payload.params["x"],
@@ -35,8 +39,9 @@ class Inbox:
 
 def send_burst(mailbox: Mailbox, me: int, others: Sequence[int], burst: int,
                inbox: Inbox) -> None:
-    """``burst`` individuals and ``burst // 3`` deactivations to every other leader, polling
-    only now and then (far more than the receives a leader keeps posted)."""
+    """``burst`` individuals, ``burst // 3`` deactivations and ``burst // 7`` counts to every
+    other leader, polling only now and then (far more than the receives a leader keeps
+    posted)."""
     for n in range(burst):
         params = {"x": n / burst, "act": ("relu", "tanh")[n % 2]}
         ind = Individual(id=me * 1_000_000 + n, params=params, version=n % 5,
@@ -44,6 +49,8 @@ def send_burst(mailbox: Mailbox, me: int, others: Sequence[int], burst: int,
         mailbox.send_individual(CARRY_INDIVIDUALS[n % 3], ind, others)
         if n % 3 == 0:
             mailbox.send_deactivate(me * 1_000_000 + n, n % 5, others)
+        if n % 7 == 0:
+            mailbox.send_count(CARRY_COUNTS[n % 3], me * 1_000_000 + n, others)
         if n % 50 == 0:
             mailbox.poll(inbox)
 
@@ -55,8 +62,11 @@ def check_received(received: Sequence[Sequence[Sequence[Any]]], leaders: int,
     for me, messages in enumerate(received):
         for source in (r for r in range(leaders) if r != me):
             mine = [m for m in messages if m[0] == source]
-            individuals = [m for m in mine if m[1] != "deactivate"]
+            individuals = [m for m in mine if m[1] not in ("deactivate", "count")]
             deactivations = [m for m in mine if m[1] == "deactivate"]
+            counts = [m[2:] for m in mine if m[1] == "count"]
+            assert counts == [[CARRY_COUNTS[n % 3].name, source * 1_000_000 + n]
+                              for n in range(0, burst, 7)]
             assert [m[2] for m in individuals] == [source * 1_000_000 + n for n in range(burst)]
             assert [m[2] for m in deactivations] == [source * 1_000_000 + n
                                                      for n in range(0, burst, 3)]

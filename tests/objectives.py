@@ -20,6 +20,16 @@ def slow_sphere(params: Mapping[str, Any], ctx: Any) -> float:
     return BENCHMARKS["sphere"](params, ctx)
 
 
+def uneven(params: Mapping[str, Any], ctx: Any) -> float:
+    """Sphere that takes ``options.slow`` seconds on world rank 0 and ``options.fast`` on every
+    other rank: one worker far slower than its partners."""
+    from mpi4py import MPI
+
+    slow = MPI.COMM_WORLD.Get_rank() == 0
+    time.sleep(float(ctx.options["slow" if slow else "fast"]))
+    return BENCHMARKS["sphere"](params, ctx)
+
+
 def flaky(params: Mapping[str, Any], ctx: Any) -> Any:
     """Sphere that fails in the way ``options.way`` for a fraction ``options.rate`` of
     individuals (the draw comes from ctx.rng, so every rank of a worker agrees)."""

@@ -1,9 +1,10 @@
 """The asynchronous island loop run by every worker leader.
 
 Breed from what this worker knows, evaluate, tell the island, take in what arrived, sometimes
-send emigrants to another island, and repeat until this worker's share of the budget is spent,
-the wall time is up, or a stop is requested. There is no generation barrier: a leader never
-waits for another leader until the final drain.
+send emigrants to another island, and repeat until this worker's share of the budget is spent
+and its island partners have none to spare, the wall time is up, or a stop is requested. There
+is no generation barrier: a leader waits for others only once its share is spent, for its
+partners' answers and then in the final drain.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any, Protocol
 
 from atoll.config import MigrationConfig
 from atoll.engine.population import Population
-from atoll.engine.protocol import Handler, Tag
+from atoll.engine.protocol import COUNTED, Handler, Tag
+from atoll.engine.sharing import Sharing
 from atoll.engine.topology import Layout
-from atoll.evolution.strategy import Continue, Strategy
+from atoll.evolution.strategy import Continue, ContinueFirst, Strategy
 from atoll.individual import FINISHED, Individual, Status
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class Mailbox(Protocol):
 
     def send_individual(self, tag: Tag, ind: Individual, to: Iterable[int]) -> None: ...
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None: ...
+    def send_count(self, tag: Tag, count: int, to: Iterable[int]) -> None: ...
     def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
                    to: Iterable[int]) -> None: ...
     def poll(self, handle: Handler) -> int: ...
@@ -59,7 +62,7 @@ class Partners(Protocol):
     """What a scheduler may do mid-evaluation: send values now, take in what arrived."""
 
     def send_now(self, ind_id: int, curve: Sequence[tuple[int, float]]) -> None: ...
-    def take_in(self) -> None: ...
+    def take_in(self) -> int: ...
 
 
 class Holds(Protocol):
@@ -85,14 +88,12 @@ class Recorder(Protocol):
 
 @dataclass
 class Budget:
-    """This worker's share of evaluations, and whether the job was asked to stop (a signal or
+    """This worker's share of evaluations (it grows and shrinks as island partners share
+    theirs: :mod:`atoll.engine.sharing`), and whether the job was asked to stop (a signal or
     the wall time: both arrive through ``stop_requested``)."""
 
     evaluations: int
     stop_requested: Callable[[], bool] = lambda: False
-
-    def exhausted(self, done: int) -> bool:
-        return done >= self.evaluations or self.stop_requested()
 
 
 @dataclass
@@ -162,6 +163,8 @@ class IslandLoop:
         self.stats = IslandStats()
         self._new = 0  # new individuals bred so far (continued ones keep their ids)
         self._until_emigration = self._emigration_gap()
+        self.sharing = Sharing(self.peers, mailbox.send_count, self.take_in,
+                               kept=self._waiting)
         if curves is not None:
             curves.attach(self)
 
@@ -170,9 +173,14 @@ class IslandLoop:
         if self.peers:
             self.mailbox.send_curve(ind_id, curve, self.peers)
 
-    def take_in(self) -> None:
-        """Handle what arrived, as between evaluations (during one: a scheduler's rung)."""
-        self.mailbox.poll(self._receive)
+    def take_in(self) -> int:
+        """Handle what arrived, as between evaluations (during one: a scheduler's rung); how
+        many messages."""
+        return self.mailbox.poll(self._receive)
+
+    def _waiting(self) -> int:
+        """Interrupted evaluations a resume handed this worker, not yet continued."""
+        return len(self.strategy.waiting) if isinstance(self.strategy, ContinueFirst) else 0
 
     def _emigration_gap(self) -> float:
         """Evaluations until this worker next sends emigrants: each evaluation is a Bernoulli
@@ -186,12 +194,16 @@ class IslandLoop:
         """Search until the budget is spent, then drain messages with the other leaders.
 
         A paused evaluation spends none of it: it spends one when its last part ends."""
-        done = steps = 0
+        steps = 0
+        self.sharing.begin(budget)
         # The stop check's probe (at most every millisecond) also lets MPI progress the
         # messages that arrived meanwhile, so that the poll right after it sees them complete.
-        while not budget.exhausted(done):
-            done += self.step(steps).status != Status.PAUSED
+        while self.sharing.go_on():
+            self.sharing.evaluating = True  # from here on, one of the share is this step's
+            self.sharing.done += self.step(steps).status != Status.PAUSED
+            self.sharing.evaluating = False
             steps += 1
+        self.sharing.end()
         self.stats.evaluations = steps
         # Write this worker's rows now, while other workers may still be evaluating: at the
         # very end every leader would flush at once, and on a crowded node they queue for it.
@@ -267,6 +279,8 @@ class IslandLoop:
         elif tag == Tag.STARTED:
             if self.hear_started is not None:
                 self.hear_started(payload)
+        elif tag in COUNTED:
+            self.sharing.hear(tag, source, payload)
         else:
             self._learn(payload)
             if tag == Tag.MIGRANT and self.holds is not None:

@@ -42,6 +42,10 @@ class MemoryMailbox:
         for dest in to:
             self.post.inboxes[dest].append((Tag.DEACTIVATE, self.me, (ind_id, version)))
 
+    def send_count(self, tag: Tag, count: int, to: Iterable[int]) -> None:
+        for dest in to:
+            self.post.inboxes[dest].append((tag, self.me, count))
+
     def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
                    to: Iterable[int]) -> None:
         """In parts, as on the wire."""

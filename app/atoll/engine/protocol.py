@@ -35,6 +35,13 @@ class Tag(IntEnum):
     DEACTIVATE = 3  # an individual that left this island: mark that copy inactive
     CURVE = 4  # part of a completed individual's per-epoch metric, for the island's schedulers
     STARTED = 5  # a candidate a partner began to evaluate: not a result, so none breeds it too
+    ASK_SHARE = 6  # a worker that spent its share of the budget asks its island partners
+    SHARE = 7  # the answer: evaluations of the budget given (0 or more)
+    OUT = 8  # a worker stops: ask it no more (:mod:`atoll.engine.sharing`)
+
+
+COUNTED = frozenset({Tag.ASK_SHARE, Tag.SHARE, Tag.OUT})
+"""Tags whose message is one count (an int)."""
 
 
 # The wire format of an individual: little-endian, packed, the individual's FIELDS in their
@@ -45,6 +52,7 @@ _FIXED = "".join(_CODES[kind] for _, kind in FIELDS) + "i"  # + owner
 
 _DEACTIVATE = struct.Struct("<qi")  # id, version
 _CURVE_HEAD = struct.Struct("<qi")  # id, points in this part
+_COUNT = struct.Struct("<q")
 _POINT = struct.Struct("<id")  # epoch, value
 CURVE_POINTS = 32
 """Points per curve message: a longer curve travels in parts, each learned as it arrives."""
@@ -114,7 +122,7 @@ _TAGS = {int(t): t for t in Tag}
 
 Handler = Callable[[Tag, int, Any], None]
 """Called for each received message with (tag, source worker, payload): an Individual, (id,
-version) for DEACTIVATE, (id, [(epoch, value), ...]) for CURVE."""
+version) for DEACTIVATE, (id, [(epoch, value), ...]) for CURVE, an int for the COUNTED tags."""
 
 
 class MpiMailbox:
@@ -150,6 +158,9 @@ class MpiMailbox:
 
     def send_deactivate(self, ind_id: int, version: int, to: Iterable[int]) -> None:
         self._send(Tag.DEACTIVATE, _DEACTIVATE.pack(ind_id, version), to)
+
+    def send_count(self, tag: Tag, count: int, to: Iterable[int]) -> None:
+        self._send(tag, _COUNT.pack(count), to)
 
     def send_curve(self, ind_id: int, curve: Sequence[tuple[int, float]],
                    to: Iterable[int]) -> None:
@@ -188,7 +199,8 @@ class MpiMailbox:
                 source, tag = status.Get_source(), _TAGS[status.Get_tag()]
                 buf = self._buffers[slot]
                 payload = _DEACTIVATE.unpack_from(buf) if tag == Tag.DEACTIVATE \
-                    else curve_of(buf) if tag == Tag.CURVE else self.codec.decode(buf)
+                    else curve_of(buf) if tag == Tag.CURVE \
+                    else _COUNT.unpack_from(buf)[0] if tag in COUNTED else self.codec.decode(buf)
                 self._receives[slot].Start()
                 self._posted[slot], self._posts = self._posts, self._posts + 1
                 self.received[source] += 1

@@ -125,19 +125,22 @@ def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: i
 
 PAUSING_IDS = 1000
 """New ids per evaluation of the budget when evaluations pause (``pruning.rule = "asha"``):
-a paused one spends no budget, so a worker breeds more new individuals than its share: for
+a paused one spends no budget, so a worker breeds more new individuals than it completes: for
 each one that completes, up to about ``eta`` to the power of the rungs before its last epoch."""
 
 
 def id_block(plan: JobPlan) -> list[int]:
-    """The ids a job may give new individuals, [first, end): each worker at most its share of
-    the budget left (``PAUSING_IDS`` times that when evaluations pause). Recorded with the
-    job, so that no later job gives one of them again while this job may still write rows
-    (killed, or its claim taken over after a hang); once its end is recorded, the ids it did
-    not give are free again (:func:`ids_taken`), so a run's ids stay dense."""
-    most = share(max(plan.budget - plan.done, 0), plan.layout.workers)[0]
+    """The ids a job may give new individuals, [first, end): each worker at most the budget
+    left to its island (all of it may come to one worker, :mod:`atoll.engine.sharing`;
+    ``PAUSING_IDS`` times that when evaluations pause). Recorded with the job, so that no later
+    job gives one of them again while this job may still write rows (killed, or its claim
+    taken over after a hang); once its end is recorded, the ids it did not give are free again
+    (:func:`ids_taken`), so a run's ids stay dense."""
+    layout = plan.layout
+    shares = share(max(plan.budget - plan.done, 0), layout.workers)
+    most = max(sum(shares[w] for w in layout.workers_on_island(i)) for i in range(layout.islands))
     most *= PAUSING_IDS if plan.config.pruning.pauses else 1
-    return [plan.next_id, plan.next_id + most * plan.layout.workers]
+    return [plan.next_id, plan.next_id + most * layout.workers]
 
 
 def ids_taken(jobs: np.ndarray) -> int:

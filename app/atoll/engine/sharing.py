@@ -1,0 +1,98 @@
+"""Budget sharing on an island: a worker that has spent its share takes part of a partner's.
+
+A job splits its budget evenly over the workers, but evaluations do not take equal time: the
+median rule stops some early, ``asha`` pauses some and has others promoted, candidates differ in
+size. Without sharing, a worker that has spent its share would sit idle until the job's slowest
+worker is done, on a GPU the allocation pays for. So it asks its island partners instead; each
+gives half of what it has not yet begun (rounded up), and a worker stops only when every partner
+it asked gave nothing. Shares change hands and are never copied, so the job still completes its
+budget exactly. A worker that stops says so, and is asked no more: after that it only drains.
+
+Partners answer between evaluations (or at a scheduler's rung), so an ask waits for at most one
+evaluation of each partner; the asker goes on as soon as one gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from atoll.backoff import Backoff
+from atoll.engine.protocol import Tag
+
+if TYPE_CHECKING:
+    from atoll.engine.island import Budget
+
+
+class Sharing:
+    """One worker leader's side of the exchange. ``send(tag, count, to)`` sends a count
+    message; ``take_in()`` handles whatever arrived (these messages through :meth:`hear`) and
+    returns how many; ``kept()`` is how many of the share this worker keeps whoever asks: the
+    interrupted evaluations a resume handed it, which no partner knows of."""
+
+    def __init__(self, peers: Sequence[int], send: Callable[[Tag, int, Sequence[int]], None],
+                 take_in: Callable[[], int], kept: Callable[[], int] = lambda: 0) -> None:
+        self.peers = tuple(peers)
+        self.send = send
+        self.take_in = take_in
+        self.kept = kept
+        self.budget: Budget | None = None  # None: not searching (not begun, or out)
+        self.done = 0  # evaluations of the budget this worker completed
+        self.evaluating = False  # a step has begun: it will need one of the share
+        self._asked: set[int] = set()  # partners whose answer has not arrived
+        self._out: set[int] = set()  # partners that stopped
+
+    def begin(self, budget: Budget) -> None:
+        self.budget, self.done = budget, 0
+
+    def go_on(self) -> bool:
+        """Whether to begin another evaluation: some of the share is left, or a partner gave
+        some; False once the job is asked to stop."""
+        budget = self.budget
+        assert budget is not None, "begin() first"
+        if self.done < budget.evaluations:
+            return not budget.stop_requested()
+        return self._given_more(budget)
+
+    def _given_more(self, budget: Budget) -> bool:
+        fresh = [p for p in self.peers if p not in self._out and p not in self._asked]
+        if (fresh or self._asked) and budget.stop_requested():
+            return False
+        if fresh:
+            self.send(Tag.ASK_SHARE, 0, fresh)
+            self._asked.update(fresh)
+        backoff = Backoff()
+        while budget.evaluations <= self.done and self._asked:
+            if self.take_in():
+                backoff.reset()
+            elif budget.stop_requested():
+                return False
+            else:
+                backoff.wait()
+        return budget.evaluations > self.done
+
+    def end(self) -> None:
+        """This worker stops: partners ask it no more (sent before the drain counts messages)."""
+        self.budget = None
+        still = [p for p in self.peers if p not in self._out]
+        if still:
+            self.send(Tag.OUT, 0, still)
+
+    def hear(self, tag: Tag, source: int, count: int) -> None:
+        if tag == Tag.ASK_SHARE:
+            self._answer(source)
+        elif tag == Tag.SHARE:
+            self._asked.discard(source)
+            if self.budget is not None:  # else: given after a stop, which leaves it unspent
+                self.budget.evaluations += count
+        elif tag == Tag.OUT:
+            self._out.add(source)
+            self._asked.discard(source)
+
+    def _answer(self, source: int) -> None:
+        if self.budget is None:  # out: the asker hears OUT instead
+            return
+        spare = self.budget.evaluations - self.done - self.evaluating - self.kept()
+        given = (spare + 1) // 2 if spare > 0 else 0
+        self.budget.evaluations -= given
+        self.send(Tag.SHARE, given, [source])

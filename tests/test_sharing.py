@@ -1,0 +1,108 @@
+"""Budget sharing on an island (atoll.engine.sharing): a worker that spent its share takes part
+of a partner's, shares change hands and are never copied, and a worker that stopped is asked no
+more. The exchange runs over the in-memory mailbox here, each side polled in turn; a real job's
+(mpirun) is in test_island_sharing.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from atoll.engine.island import Budget
+from atoll.engine.memory import MemoryPost
+from atoll.engine.protocol import COUNTED
+from atoll.engine.sharing import Sharing
+
+
+def workers(count: int) -> tuple[MemoryPost, list[Sharing]]:
+    """``count`` sharings on one island; each one's take_in polls its own inbox."""
+    post = MemoryPost(count)
+    made: list[Sharing] = []
+    for me in range(count):
+        box = post.mailbox(me)
+
+        def take_in(box=box, me=me) -> int:
+            return box.poll(lambda tag, source, payload: made[me].hear(tag, source, payload)
+                            if tag in COUNTED else None)
+
+        made.append(Sharing([w for w in range(count) if w != me], box.send_count, take_in))
+    return post, made
+
+
+def answering(asker: Sharing, others: list[Sharing]) -> Callable[[], int]:
+    """The asker's take_in, with every other worker taking in (between its evaluations) first,
+    as partners running beside it would."""
+    own = asker.take_in
+
+    def take_in() -> int:
+        for other in others:
+            other.take_in()
+        return own()
+    return take_in
+
+
+def test_a_spent_worker_takes_half_of_what_a_busy_partner_has_not_begun():
+    _, (idle, busy) = workers(2)
+    idle.begin(Budget(3))
+    busy.begin(Budget(3 + 8))
+    idle.done, busy.done, busy.evaluating = 3, 2, True  # busy: 8 left, one of them begun
+    idle.take_in = answering(idle, [busy])
+    assert idle.go_on()
+    assert idle.budget.evaluations == 3 + 4 and busy.budget.evaluations == 11 - 4
+    assert idle.budget.evaluations + busy.budget.evaluations == 3 + 11  # moved, not copied
+
+
+def test_a_partner_with_one_left_gives_it_and_one_with_none_gives_nothing():
+    _, (idle, last, spent) = workers(3)
+    idle.begin(Budget(2))
+    last.begin(Budget(5))
+    spent.begin(Budget(4))
+    idle.done, last.done, spent.done = 2, 4, 4
+    idle.take_in = answering(idle, [last, spent])
+    assert idle.go_on()
+    assert (idle.budget.evaluations, last.budget.evaluations, spent.budget.evaluations) \
+        == (3, 4, 4)
+
+
+def test_a_worker_stops_when_no_partner_has_any_to_spare_and_is_asked_no_more():
+    post, (first, second) = workers(2)
+    first.begin(Budget(2))
+    second.begin(Budget(2))
+    first.done = second.done = 2
+    first.take_in = answering(first, [second])
+    assert not first.go_on()
+    first.end()
+    assert first.budget is None
+    second.take_in()  # hears first's OUT
+    assert not second.go_on()  # asks nobody: it would wait for an answer that never comes
+    assert post.inboxes[0] == []
+
+
+def test_an_ask_that_waits_ends_when_the_job_is_asked_to_stop():
+    _, (idle, busy) = workers(2)
+    asked = iter([False, False, True])
+    idle.begin(Budget(1, lambda: next(asked)))
+    busy.begin(Budget(10))
+    idle.done = 1  # busy never takes in: it is in a long evaluation
+    assert not idle.go_on()
+
+
+def test_an_ask_that_crosses_a_partners_out_ends_at_the_out():
+    post, (first, second) = workers(2)
+    first.begin(Budget(1))
+    second.begin(Budget(4))
+    first.done = second.done = 1
+    second.end()  # stopped (by its wall time), before first heard of it
+    first.take_in = answering(first, [second])  # second, draining, takes in too
+    assert not first.go_on()
+    assert post.inboxes == [[], []]  # second did not answer: first heard its OUT
+
+
+def test_a_worker_keeps_the_share_its_waiting_continuations_need():
+    _, (idle, busy) = workers(2)
+    busy.kept = lambda: 5  # five interrupted evaluations a resume handed it
+    idle.begin(Budget(1))
+    busy.begin(Budget(8))
+    idle.done = 1
+    idle.take_in = answering(idle, [busy])
+    assert idle.go_on()
+    assert (idle.budget.evaluations, busy.budget.evaluations) == (1 + 2, 8 - 2)  # 3 spare
