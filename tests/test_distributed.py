@@ -21,7 +21,7 @@ def test_one_group_per_worker_and_its_store_listens_on_loopback_only(tmp_path):
     worker_of = dict(zip(ind["id"].tolist(), ind["worker"].tolist(), strict=True))
     for worker in (0, 1):
         mine = epochs[[worker_of[i] == worker for i in epochs["individual"].tolist()]]
-        assert len(mine) == 4
+        assert len(mine) >= 2  # 4 each, unless one passed part of its share to the other
         assert len(np.unique(mine["group"])) == 1  # the same group for all its individuals
         assert len(np.unique(mine["store_port"])) == 1
     # The two workers rendezvous on different ports the OS picked.
