@@ -4,6 +4,7 @@ mpirun jobs and real CLI subprocesses reading the run's files."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -322,3 +323,24 @@ def test_this_job_counts_what_ended_in_it_also_when_bred_in_an_earlier_one(tmp_p
         log.add_individual(replace(individual(1), born=2011.0, started=2011.0, finished=2020.0))
     assert take(paths.run_dir).this_job == 2
 
+
+
+def test_the_watcher_of_a_short_job_prints_its_lines_though_its_end_comes_while_it_starts(
+        tmp_path, capfd):
+    """The search sends its watcher SIGTERM when the job ends; a job shorter than the watcher's
+    start (a loaded node) sent it before the watcher listened, which killed it silently."""
+    from atoll.watcher import start_watcher
+
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", *SLOW, "--run-dir", str(run_dir), "--set",
+                        "search.generations=5", "-q")
+    assert done.returncode == 0, done.stderr[-2000:]
+    capfd.readouterr()
+    watcher = start_watcher(
+        atoll_cmd("watch", str(run_dir), "--plain", "-v", "--interval", "0.5", "--after", "1",
+                  "--parent", str(os.getpid())), mpi_env())
+    watcher.terminate()  # at once, as a short job's end: the watcher's Python has not started
+    assert watcher.wait(timeout=60) == 0
+    each = [line for line in capfd.readouterr().out.splitlines()
+            if line.startswith("[atoll] individual ")]
+    assert sorted(int(line.split()[2]) for line in each) == list(range(5))

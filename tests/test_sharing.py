@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from atoll.engine.island import Budget
 from atoll.engine.memory import MemoryPost
-from atoll.engine.protocol import COUNTED
+from atoll.engine.protocol import COUNTED, Tag
 from atoll.engine.sharing import Sharing
 
 
@@ -106,3 +106,64 @@ def test_a_worker_keeps_the_share_its_waiting_continuations_need():
     idle.take_in = answering(idle, [busy])
     assert idle.go_on()
     assert (idle.budget.evaluations, busy.budget.evaluations) == (1 + 2, 8 - 2)  # 3 spare
+
+
+def test_a_gift_that_arrives_with_an_ask_is_not_passed_on_whole():
+    post, (waiting, giver, _) = workers(3)
+    stops = iter([False, False, True])  # a stop ends the wait if the gift was passed on
+    waiting.begin(Budget(1, lambda: next(stops)))
+    giver.begin(Budget(3))
+    waiting.done, giver.done = 1, 2  # the giver has one it has not begun
+    own = waiting.take_in
+    answered = []
+
+    def take_in() -> int:
+        if post.inboxes[1] and not answered:  # the giver has been asked
+            answered.append(giver.take_in())  # it answers: one evaluation
+            post.mailbox(2).send_count(Tag.ASK_SHARE, 0, [0])  # a spent partner asks meanwhile
+        return own()
+
+    waiting.take_in = take_in
+    assert waiting.go_on()
+    assert waiting.budget.evaluations == 2 and giver.budget.evaluations == 2
+    assert (Tag.SHARE, 0, 0) in post.inboxes[2]  # the asker got nothing of the gift
+
+
+def test_a_stop_that_comes_with_a_gift_begins_nothing():
+    _, (idle, busy) = workers(2)
+    asked = iter([False, True])
+    idle.begin(Budget(1, lambda: next(asked)))
+    busy.begin(Budget(10))
+    idle.done = 1
+    idle.take_in = answering(idle, [busy])
+    assert not idle.go_on()
+
+
+def test_asks_that_came_during_an_evaluation_are_answered_before_the_next_is_reserved():
+    post, (slow, _) = workers(2)
+    asked = iter([False, True])
+    slow.begin(Budget(2, lambda: next(asked)))
+    slow.done = 1  # one left, not begun
+    post.mailbox(1).send_count(Tag.ASK_SHARE, 0, [0])  # the other asked while slow evaluated
+    assert not slow.go_on()  # it gave its last one away (then found none to take: a stop)
+    assert slow.budget.evaluations == 1 and (Tag.SHARE, 0, 1) in post.inboxes[1]
+
+
+def test_a_job_whose_block_of_ids_would_pass_int64_is_refused():
+    import tomllib
+
+    import pytest
+
+    from atoll.config import parse_config
+    from atoll.engine.topology import Layout
+    from atoll.errors import ConfigError
+    from atoll.job.plan import JobPlan, id_block
+
+    with open("tests/configs/asha_demo.toml", "rb") as file:
+        config = parse_config(tomllib.load(file))  # asha: 1000 new ids per evaluation
+    budget = 10**12
+    one_island = JobPlan(config, Layout(10_000, 1, 1), budget, resumed=False)
+    with pytest.raises(ConfigError, match="would pass the largest id"):
+        id_block(one_island)
+    islands = JobPlan(config, Layout(10_000, 1, 10_000), budget, resumed=False)
+    assert id_block(islands) == [0, budget * 1000]  # each worker its own share

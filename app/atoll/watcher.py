@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ def progress_lines(run_dir: Path, quiet: bool, verbose: bool, interval: float) -
     # The watcher is no MPI rank: it must not look like one to the launcher, SLURM or tools
     # that find ranks by their environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith(_RANK_VARIABLES)}
-    watcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
+    watcher = start_watcher(command, env)
     try:
         yield
     except BaseException:
@@ -44,3 +45,15 @@ def progress_lines(run_dir: Path, quiet: bool, verbose: bool, interval: float) -
     except subprocess.TimeoutExpired:
         watcher.kill()
         watcher.wait()
+
+
+def start_watcher(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The watcher starts with SIGTERM blocked (a signal mask survives fork and exec), and
+    unblocks it once it listens (:func:`atoll.views.progress.follow`): the SIGTERM a short job
+    sends at its end may come while the watcher's Python starts, and must wait for it instead
+    of killing it before it printed anything. The search blocks it only for the spawn."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

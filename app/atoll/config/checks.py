@@ -21,8 +21,9 @@ def show(value: Any) -> str:
 
 
 MAX_EVALUATIONS = 10**12
-"""The largest budget a run may have: ids (``next id + generation x workers + worker``) stay
-far inside int64, and a typo such as ``generations = 4611686018427387904`` is refused."""
+"""The largest budget a run may have: a typo such as ``generations = 4611686018427387904`` is
+refused. A job whose block of new ids (:func:`atoll.job.plan.id_block`) would pass int64 is
+refused when it is planned."""
 MAX_COUNT = 10**6
 """The largest islands, ranks per worker, population, migrants, tournament or kept models."""
 MAX_SECONDS = 1e7

@@ -47,9 +47,15 @@ class Sharing:
 
     def go_on(self) -> bool:
         """Whether to begin another evaluation: some of the share is left, or a partner gave
-        some; False once the job is asked to stop."""
+        some; False once the job is asked to stop. Asks that came during the evaluation just
+        ended are answered first, while none of the share is reserved for the next one."""
         budget = self.budget
         assert budget is not None, "begin() first"
+        # Open MPI moves messages along in a poll only when it finds none complete, so what
+        # came during a long evaluation may show only in the next poll.
+        self.take_in()
+        while self.take_in():
+            pass
         if self.done < budget.evaluations:
             return not budget.stop_requested()
         return self._given_more(budget)
@@ -62,14 +68,18 @@ class Sharing:
             self.send(Tag.ASK_SHARE, 0, fresh)
             self._asked.update(fresh)
         backoff = Backoff()
-        while budget.evaluations <= self.done and self._asked:
-            if self.take_in():
-                backoff.reset()
-            elif budget.stop_requested():
-                return False
-            else:
-                backoff.wait()
-        return budget.evaluations > self.done
+        self.evaluating = True  # what a partner gives is begun at once: never passed on whole
+        try:
+            while budget.evaluations <= self.done and self._asked:
+                if self.take_in():
+                    backoff.reset()
+                elif budget.stop_requested():
+                    return False
+                else:
+                    backoff.wait()
+        finally:
+            self.evaluating = False
+        return budget.evaluations > self.done and not budget.stop_requested()
 
     def end(self) -> None:
         """This worker stops: partners ask it no more (sent before the drain counts messages)."""

@@ -30,6 +30,7 @@ from atoll.engine.restore import completed_count
 from atoll.engine.topology import Layout, plan_layout
 from atoll.errors import ConfigError, suggested
 from atoll.exit_codes import EXIT_DISK_FULL
+from atoll.space import INT64_MAX
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def plan_new_or_same(paths: record.RunPaths, config: Config, world_size: int,
     record.check_record_fits(config.space)
     record.check_new_run_dir(paths)
     layout = job_layout(config, world_size)
-    return JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
-                   config_text=config_text, run_id=uuid.uuid4().hex)
+    return _with_ids(JobPlan(config, layout, run_budget(config, layout.workers), resumed=False,
+                             config_text=config_text, run_id=uuid.uuid4().hex))
 
 
 def plan_resume(paths: record.RunPaths, overrides: Sequence[str], world_size: int) -> JobPlan:
@@ -118,9 +119,9 @@ def _continue(paths: record.RunPaths, config: Config, world_size: int, budget: i
     individuals = record.read_completed(paths.run_dir)
     done = completed_count(individuals)
     recorded = int(individuals["id"].max()) + 1 if len(individuals) else 0
-    return JobPlan(config, job_layout(config, world_size), budget, resumed=True, done=done,
-                   next_id=max(recorded, ids_taken(info.jobs)), new_budget=new_budget,
-                   run_id=info.run_id)
+    return _with_ids(JobPlan(config, job_layout(config, world_size), budget, resumed=True,
+                             done=done, next_id=max(recorded, ids_taken(info.jobs)),
+                             new_budget=new_budget, run_id=info.run_id))
 
 
 PAUSING_IDS = 1000
@@ -138,9 +139,24 @@ def id_block(plan: JobPlan) -> list[int]:
     (:func:`ids_taken`), so a run's ids stay dense."""
     layout = plan.layout
     shares = share(max(plan.budget - plan.done, 0), layout.workers)
-    most = max(sum(shares[w] for w in layout.workers_on_island(i)) for i in range(layout.islands))
+    island_budgets = [0] * layout.islands
+    for worker, part in enumerate(shares):
+        island_budgets[layout.island_of_worker(worker)] += part
+    most = max(island_budgets)
     most *= PAUSING_IDS if plan.config.pruning.pauses else 1
-    return [plan.next_id, plan.next_id + most * layout.workers]
+    end = plan.next_id + most * layout.workers
+    if end > INT64_MAX:
+        raise ConfigError(f"search.evaluations: {most:,} new ids for each of {layout.workers:,} "
+                          f"workers would pass the largest id ({INT64_MAX:,}); lower the budget "
+                          "or use more islands (a worker may take over its island's budget)")
+    return [plan.next_id, end]
+
+
+def _with_ids(plan: JobPlan) -> JobPlan:
+    """``plan``, once its block of new ids is known to fit (refused before anything is
+    written)."""
+    id_block(plan)
+    return plan
 
 
 def ids_taken(jobs: np.ndarray) -> int:

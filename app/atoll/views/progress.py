@@ -196,6 +196,8 @@ def follow(run_dir: Path, *, interval: float, live: bool, each: bool = False,
                 print(individual_line(row, snap.objective), file=out)
             print(line(snap), file=out, flush=True)
     try:
+        if parent:  # its search blocked SIGTERM for it (atoll.watcher.start_watcher)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         while True:
             snap = _take_when_readable(run_dir, seen, bool(after))
             started = snap is not None and snap.job >= 0 and snap.job_start >= after
