@@ -51,11 +51,12 @@ class Sharing:
         ended are answered first, while none of the share is reserved for the next one."""
         budget = self.budget
         assert budget is not None, "begin() first"
-        # Open MPI moves messages along in a poll only when it finds none complete, so what
-        # came during a long evaluation may show only in the next poll.
-        self.take_in()
-        while self.take_in():
-            pass
+        if self.peers:  # partners may have asked: answer before the next step reserves one
+            # Open MPI moves messages along in a poll only when it finds none complete, so what
+            # came during a long evaluation may show only in the next poll.
+            self.take_in()
+            while self.take_in():
+                pass
         if self.done < budget.evaluations:
             return not budget.stop_requested()
         return self._given_more(budget)
