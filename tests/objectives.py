@@ -22,12 +22,20 @@ def slow_sphere(params: Mapping[str, Any], ctx: Any) -> float:
 
 def uneven(params: Mapping[str, Any], ctx: Any) -> float:
     """Sphere that takes ``options.slow`` seconds on world rank 0 and ``options.fast`` on every
-    other rank: one worker far slower than its partners."""
+    other rank: one worker far slower than its partners. With ``options.epochs``, that time is
+    spread over as many reported epochs."""
     from mpi4py import MPI
 
     slow = MPI.COMM_WORLD.Get_rank() == 0
-    time.sleep(float(ctx.options["slow" if slow else "fast"]))
-    return BENCHMARKS["sphere"](params, ctx)
+    seconds = float(ctx.options["slow" if slow else "fast"])
+    loss = BENCHMARKS["sphere"](params, ctx)
+    epochs = int(ctx.options.get("epochs", 0))
+    if not epochs:
+        time.sleep(seconds)
+    for epoch in range(epochs):
+        time.sleep(seconds / epochs)
+        ctx.report(epoch, loss=loss)
+    return loss
 
 
 def flaky(params: Mapping[str, Any], ctx: Any) -> Any:

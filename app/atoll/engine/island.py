@@ -174,8 +174,8 @@ class IslandLoop:
             self.mailbox.send_curve(ind_id, curve, self.peers)
 
     def take_in(self) -> int:
-        """Handle what arrived, as between evaluations (during one: a scheduler's rung); how
-        many messages."""
+        """Handle what arrived, as between evaluations (during one: at each report, to answer
+        the partners); how many messages."""
         return self.mailbox.poll(self._receive)
 
     def _waiting(self) -> int:

@@ -241,7 +241,10 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         # the same answer on every rank of the worker (one small allreduce per epoch)
         should_stop=lambda: stop.agreed(topo.worker_comm),
         judge_epoch=pruning.judge if pruning is not None else None, checkpoints=checkpoints,
-        before_checkpoint=log_file.before_checkpoint if log_file is not None else None)
+        before_checkpoint=log_file.before_checkpoint if log_file is not None else None,
+        # the leader's loop, built below, answers its partners at each report: evaluations
+        # begin only once it exists
+        between_epochs=(lambda: loop.take_in()) if topo.is_leader else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None and keeper is not None
