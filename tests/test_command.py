@@ -277,6 +277,44 @@ def test_a_crash_on_the_way_out_after_the_result_line_keeps_the_result(tmp_path,
     assert time.monotonic() - started < 60  # a lingering leader was stopped after stop_grace
 
 
+def test_a_partner_still_running_after_the_leaders_result_is_stopped_and_the_result_counts(
+        tmp_path):
+    """Rank 0's script said its result and exited; rank 1's runs on (in a barrier the leader
+    left, say): stop_grace seconds later it is stopped, said in one line, and the result
+    counts, where the worker used to wait for it for ever."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
+                           f'"{COMMANDS}/broken.py", "--rank1-lingers"')
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.ranks_per_worker=2",
+                        "--set", "search.evaluations=1", "--set", "objective.stop_grace=2",
+                        timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    ind = open_run(run_dir).individuals
+    assert ind["status"].tolist() == [int(Status.OK)] and ind["loss"].tolist() == [0.75]
+    said = [line for line in done.stderr.splitlines() if "still running" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"individual {int(ind['id'][0])}: the command of worker rank 1 was still running "
+        "objective.stop_grace = 2 s after the leader's result line: stopped; the result "
+        "counts"), done.stderr[-3000:]
+
+
+def test_a_failures_quote_of_a_huge_stderr_line_is_cut(tmp_path):
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', f'"{COMMANDS}/broken.py", '
+                                                           '"--long-stderr"')
+    run_dir = tmp_path / "run"
+    done = mpirun_atoll(1, "search", "--config", str(write(tmp_path, config)), "--run-dir",
+                        str(run_dir), "--set", "search.evaluations=1", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    error = str(open_run(run_dir).individuals["error"][0])
+    assert error.endswith("x" * 400 + "... (99600 more characters)"), error[-200:]
+    assert max(map(len, done.stderr.splitlines())) < 2000  # the warning quotes it cut too
+    log = RunPaths(run_dir).command_log(0, 0).read_text()
+    assert "x" * 100_000 in log  # whole in the command's log
+
+
 def test_a_command_that_cannot_start_fails_every_rank_of_the_worker_without_a_hang(tmp_path):
     config = PLAIN.replace('"{python}"', '"{work_dir}/missing"')
     run_dir = tmp_path / "run"
@@ -327,6 +365,20 @@ BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
                                                        "mean 'file'?"),
     (lambda t: t.update(space={"checkpoint_dir": {"type": "int", "low": 0, "high": 3}}),
      "space.checkpoint_dir: the name is a command placeholder"),
+    (lambda t: t["objective"]["command"].append("{lr:.3q}"),
+     "objective.command[4]: {lr:.3q} cannot format lr = 0.0 (Unknown format code 'q'"),
+    (lambda t: t["objective"]["command"].append("{lr!z}"),
+     "objective.command[4]: {lr!z} cannot format lr = 0.0 (Unknown conversion specifier z)"),
+    (lambda t: t["space"].update(act={"type": "categorical", "choices": ["relu", "tanh"]})
+     or t["objective"]["command"].append("--act={act:.3f}"),
+     "objective.command[4]: {act:.3f} cannot format act = 'relu' (Unknown format code 'f'"),
+    (lambda t: t["objective"]["command"].append("{run_dir:>40}"),
+     "objective.command[4]: {run_dir:>40} cannot format run_dir = PurePosixPath('/run')"),
+    (lambda t: t["objective"].update(env={"A=B": "1"}),
+     "objective.env: 'A=B' is not a variable name"),
+    (lambda t: t["objective"].update(env={"": "1"}), "objective.env: '' is not a variable name"),
+    (lambda t: t["objective"]["command"].append("a\0b"),
+     "objective.command[4]: holds a NUL character"),
 ])
 def test_bad_command_configs_are_one_line(change, message):
     table = copy.deepcopy(BASE)
@@ -335,6 +387,15 @@ def test_bad_command_configs_are_one_line(change, message):
         parse_config(table)
     assert str(caught.value).startswith(message), caught.value
     assert "\n" not in str(caught.value)
+
+
+def test_format_specs_that_fit_their_placeholders_are_taken():
+    table = copy.deepcopy(BASE)
+    table["space"]["act"] = {"type": "categorical", "choices": ["relu", "tanh"]}
+    table["objective"]["command"] += ["{lr:.3g}", "{id:06d}", "{act:>6}", "{work_dir!s:>40}",
+                                      "{resume_dir!s}"]
+    table["objective"]["env"] = {"TAG": "{act!r}-{lr:e}"}
+    assert parse_config(table).objective.command[-5:] == tuple(table["objective"]["command"][-5:])
 
 
 def test_a_command_config_survives_the_record_round_trip():
@@ -411,7 +472,9 @@ high = 1.0
 """
     run_dir = tmp_path / "run"
     args = ["search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
-            "-q", "--set", "search.evaluations=2", "--set", f"search.ranks_per_worker={ranks}"]
+            "-q", "--set", "search.evaluations=2", "--set", f"search.ranks_per_worker={ranks}",
+            # a metric the script never reports: its value is then nan, yet it failed nowhere
+            "--set", "pruning.metric=val_accuracy"]
     proc = subprocess.Popen(mpirun_cmd(2, "-m", "atoll", *args) if ranks == 2
                             else atoll_cmd(*args), cwd=ROOT, env=mpi_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -430,6 +493,34 @@ high = 1.0
     assert not any(alive(p) for p in scripts)
     assert RunPaths(run_dir).work_dir(0).joinpath("terminated").exists()
     assert open_run(run_dir).individuals["status"].tolist() == [int(Status.INTERRUPTED)]
+    assert "failed" not in err, err[-2000:]  # interrupted is all that is said of it
+
+
+def test_a_python_scripts_plain_print_reaches_the_worker_at_once(tmp_path):
+    """stdout is a pipe, which a Python script buffers: without PYTHONUNBUFFERED its epoch
+    line would reach Atoll only at its end, and a job stopped meanwhile would record nothing
+    of the epochs it trained (nor save the checkpoint that lets the next job continue it)."""
+    config = PLAIN.split("[objective]")[0] + f"""[objective]
+command = ["{{python}}", "{COMMANDS}/slow.py", "{{work_dir}}", "--one-line", "--no-flush"]
+stop_grace = 5
+{X_SPACE}"""
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in mpi_env().items() if k != "PYTHONUNBUFFERED"}  # as a user's shell
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir",
+                  str(run_dir), "-q", "--set", "search.evaluations=1"),
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_words(RunPaths(run_dir).command_log(0, 0), 2, timeout=30)
+        time.sleep(0.5)  # the worker has reported the epoch
+        proc.send_signal(signal.SIGUSR1)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err[-2000:]
+    run = open_run(run_dir)
+    assert run.individuals["status"].tolist() == [int(Status.INTERRUPTED)]
+    assert run.epochs["epoch"].tolist() == [0]
 
 
 RESUMABLE = PLAIN.split("[objective]")[0] + f"""[objective]
@@ -779,15 +870,22 @@ evaluations = 4
             assert (seen["GROUP_WORLD_SIZE"], seen["WORLD_SIZE"]) == ("1", "2")
 
 
-@pytest.mark.parametrize("command", [["torchrun"], ["/opt/bin/torchrun", "--standalone"],
-                                     ["{python}", "-m", "torch.distributed.run"],
-                                     ["python", "-u", "-m", "torch.distributed.launch"]])
+@pytest.mark.parametrize("command", [
+    ["torchrun"], ["/opt/bin/torchrun", "--standalone"],
+    ["{python}", "-m", "torch.distributed.run"],
+    ["python", "-u", "-m", "torch.distributed.launch"],
+    ["env", "OMP_NUM_THREADS=1", "torchrun", "t.py"],
+    ["sh", "-c", "exec torchrun --nproc-per-node 4 train.py --lr {lr}"],  # the README's line
+    ["bash", "-lc", "cd /data && A=1 exec torchrun t.py; echo done"],
+    ["sh", "-c", "exec {python} -m torch.distributed.run t.py"]])
 def test_torchrun_is_known_however_it_is_started(command):
     assert starts_torchrun(command)
 
 
-@pytest.mark.parametrize("command", [["{python}", "train.py"], ["sh", "-c", "exec torchrun x"],
-                                     ["python", "-m", "train", "torch.distributed.run"]])
+@pytest.mark.parametrize("command", [
+    ["{python}", "train.py"], ["python", "-m", "train", "torch.distributed.run"],
+    ["sh", "-c", "echo torchrun"], ["sh", "-c", "python train.py --launcher torchrun"],
+    ["sh", "torchrun.sh"], ["sh", "-c", "unbalanced 'quote torchrun"]])
 def test_a_script_is_not_torchrun(command):
     assert not starts_torchrun(command)
 

@@ -66,6 +66,8 @@ def test_explore_resamples_from_the_space_and_never_moves_fixed_parameters():
 
 def result(ident: int, loss: float, worker: int, params: dict[str, Any] | None = None,
            **fields: Any) -> Individual:
+    """A result as its island learns it: the worker that evaluated it owns it, unless said."""
+    fields.setdefault("owner", worker)
     return Individual(id=ident, params=dict(params or START), worker=worker, loss=loss,
                       **fields)
 
@@ -98,6 +100,21 @@ def test_pbt_trains_a_good_member_on_and_replaces_a_bad_one_by_a_perturbed_top_c
     bad.tell(result(11, 0.2, 1, params=copy.params, origin=Origin.PBT, parents=copy.parents))
     assert set(bad.members) == {0, 2, 3, 11}  # the copy took member 1's place
     assert replaced_member(copy) == 1 and replaced_member(child) == 0
+
+
+def test_after_a_resume_on_other_workers_each_trains_on_the_members_the_restore_gave_it():
+    """The members were evaluated by workers 4-7 of the earlier job's layout; the restore gave
+    them to workers 0 and 1 (``owner``). Each trains on its own, none is trained on twice at
+    once, none is left behind."""
+    members = [result(ident, 0.1 * ident, worker=4 + ident % 4, owner=ident % 2)
+               for ident in range(4)]
+    chosen = []
+    for worker in (0, 1):
+        pbt = PBT(SPACE, 4, worker=worker, settings=PbtConfig(fraction=0.25))
+        for ind in members:
+            pbt.tell(ind)
+        chosen.append(replaced_member(pbt.ask([], random.Random(0), 10 + worker)))
+    assert chosen == [0, 1]  # each one's oldest: 0 and 2 are worker 0's, 1 and 3 worker 1's
 
 
 def test_a_failed_member_is_replaced_by_a_copy_of_a_top_one():

@@ -3,7 +3,9 @@
 scripts that abort on their way out, after rank 0 said its result, as torch's gloo teardown
 now and then does: --abort-leader (rank 0 aborts after its result line), --abort-rank1-first
 (rank 1 aborts, then rank 0 says its result and exits 0), --abort-rank1-leader-lingers (rank 1
-aborts, rank 0 says its result and goes on running, as in a barrier with the lost partner)."""
+aborts, rank 0 says its result and goes on running, as in a barrier with the lost partner);
+--rank1-lingers (rank 0 says its result and exits 0, rank 1 runs on, as in a barrier the
+leader left), --long-stderr (a failure whose stderr is one line of 100,000 characters)."""
 
 import os
 import sys
@@ -43,4 +45,12 @@ if mode in ("--abort-rank1-first", "--abort-rank1-leader-lingers"):
     if mode == "--abort-rank1-leader-lingers":
         time.sleep(600)
     sys.exit(0)
+if mode == "--rank1-lingers":
+    if os.environ["RANK"] == "0":
+        print("ATOLL result=0.75", flush=True)
+        sys.exit(0)
+    time.sleep(600)
+if mode == "--long-stderr":
+    print("x" * 100_000, file=sys.stderr, flush=True)
+    sys.exit(1)
 print("done, but no result line")

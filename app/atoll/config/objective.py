@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import string
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from atoll.config.checks import integer, one_of, seconds, show, string_value
@@ -13,7 +14,7 @@ from atoll.config.frozen import FrozenMap, freeze
 from atoll.config.schema import check_keys, require_table
 from atoll.config.sections import BUILTINS, DIRECTIONS, ObjectiveConfig
 from atoll.errors import ConfigError
-from atoll.space import FloatParam, Space, key_path
+from atoll.space import CategoricalParam, FloatParam, Space, key_path
 
 _OBJECTIVE_KEYS = ("name", "dimensions", "data_dir", "options", "direction", "command", "env",
                    "result_metric", "stop_grace", "results")
@@ -71,6 +72,46 @@ def _placeholders(text: str, key: str) -> list[str]:
     return fields
 
 
+_PATH_FIELDS = ("run_dir", "work_dir", "checkpoint_dir", "results_file")
+"""Command placeholders filled with a ``pathlib.Path`` (the others with str or int)."""
+
+
+def _samples(space: Space) -> dict[str, tuple[Any, ...]]:
+    """Values of each placeholder's type a format spec must take: the parameters' bounds or
+    choices, and what the command's own placeholders hold when it starts."""
+    samples: dict[str, tuple[Any, ...]] = {field: ("",) for field in COMMAND_FIELDS}
+    samples.update({field: (PurePosixPath("/run"),) for field in _PATH_FIELDS})
+    samples.update(id=(0,), resume_dir=("", PurePosixPath("/run")), inherit_epoch=("", "3"))
+    for param in space.params:
+        samples[param.name] = (param.choices if isinstance(param, CategoricalParam)
+                               else (param.low, param.high))
+    return samples
+
+
+def _check_formats(text: str, key: str, samples: Mapping[str, tuple[Any, ...]]) -> None:
+    """A format spec or conversion that cannot format its placeholder's values (``{lr:.3q}``,
+    ``{act:.3f}`` of a categorical) fails when the config is read, not in every evaluation."""
+    formatter = string.Formatter()
+    for _, name, given_spec, conversion in formatter.parse(text):
+        spec = given_spec or ""
+        if name is None or not (spec or conversion) or "{" in spec:
+            continue
+        for value in samples[name]:
+            try:
+                formatter.format_field(formatter.convert_field(value, conversion), spec)
+            except (ValueError, TypeError) as err:
+                field = "{" + name + (f"!{conversion}" if conversion else "") + \
+                    (f":{spec}" if spec else "") + "}"
+                raise ConfigError(f"{key}: {field} cannot format {name} = {value!r} ({err}); "
+                                  "fix or drop what follows the name, e.g. {lr:.3g}") from None
+
+
+def _check_text(text: str, key: str) -> None:
+    if "\0" in text:
+        raise ConfigError(f"{key}: holds a NUL character, which no command line or environment "
+                          "can carry; remove it")
+
+
 def _command(raw: Mapping[str, Any], space: Space) -> tuple[tuple[str, ...], FrozenMap]:
     """The command and its environment, every placeholder known (parameters or
     :data:`COMMAND_FIELDS`)."""
@@ -87,14 +128,20 @@ def _command(raw: Mapping[str, Any], space: Space) -> tuple[tuple[str, ...], Fro
     known = (*space.names, *COMMAND_FIELDS)
     templates = [(f"objective.command[{i}]", w) for i, w in enumerate(words)]
     for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise ConfigError(f"objective.env: {show(name)} is not a variable name (empty, or "
+                              "holding '=' or NUL); name it e.g. OMP_NUM_THREADS")
         if not isinstance(value, str):
             raise ConfigError(f"objective.env.{name}: expected a string, got {show(value)}")
         templates.append((f"objective.env.{name}", value))
+    samples = _samples(space)
     for key, text in templates:
+        _check_text(text, key)
         for field_name in _placeholders(text, key):
             if field_name not in known:
                 raise ConfigError(f"{key}: unknown placeholder {{{field_name}}}; known: "
                                   f"{', '.join('{' + k + '}' for k in known)}")
+        _check_formats(text, key, samples)
     return tuple(words), FrozenMap({str(k): v for k, v in env.items()})
 
 

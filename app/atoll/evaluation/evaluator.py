@@ -86,7 +86,7 @@ class WorkerEvaluator:
             ind.loss = -ind.loss
         if self.services.meeting is not None:
             self.services.meeting.end()
-            self._agree_on_failure(ind)
+            self._agree_on_failure(ind, quiet=ctx.interrupted)
         ind.finished = time.time()
         lineage = ctx.inherited  # what its training actually started from
         ind.inherit_from = NO_PARENT if lineage is None else lineage.individual
@@ -115,11 +115,13 @@ class WorkerEvaluator:
                         "ctx.save_checkpoint(state, epoch) at each epoch and continue from "
                         "ctx.load_checkpoint()", ind.id, epoch)
 
-    def _agree_on_failure(self, ind: Individual) -> None:
+    def _agree_on_failure(self, ind: Individual, quiet: bool = False) -> None:
         """If any rank of the worker failed, the individual failed on every rank.
 
         Every failing rank's error is recorded (a partner that waited in a collective fails by
         timeout too). The process group may be out of step then: it is rebuilt on next use.
+        ``quiet``: the evaluation was interrupted by the job's stop, which is what the record
+        says of it, so no failure is said.
         """
         errors = self.services.comm.allgather(ind.error if ind.status == Status.FAILED else "")
         ranks_of: dict[str, list[int]] = {}  # each error once, with the ranks that had it
@@ -133,7 +135,7 @@ class WorkerEvaluator:
         if failed != [f"rank 0: {ind.error}"]:
             error = cut("; ".join(failed), 2 * ERROR_CHARS)
             ind.loss, ind.status, ind.error = float("nan"), Status.FAILED, error
-            if self.services.comm.Get_rank() == 0:  # the leader warned of its own error only
+            if self.services.comm.Get_rank() == 0 and not quiet:  # it warned of its own only
                 log.warning("individual %d failed on its worker's ranks: %s", ind.id, error)
         self.services.group.close()
 

@@ -64,7 +64,7 @@ def _neighbour(param: IntParam | CategoricalParam, value: object, rng: random.Ra
 
 
 class PBT:
-    """One worker's PBT on an island: it trains on the members it made, oldest first."""
+    """One worker's PBT on an island: it trains on the members it owns, oldest first."""
 
     def __init__(self, space: Space, population_size: int, worker: int,
                  settings: PbtConfig | None = None, fixed: Sequence[str] = (),
@@ -87,7 +87,9 @@ class PBT:
             return Individual(id=ident, params=self.space.sample(rng), origin=Origin.RANDOM)
         order = sorted(self.members.values(), key=_rank)
         free = [m for m in order if m.id not in self.busy] or order  # all busy: one again
-        mine = [m for m in free if m.worker == self.worker] or free
+        # A member is its owner's: the worker that evaluated it in this job, the one the
+        # restore gave it to in a resumed one (whose layout may have other workers).
+        mine = [m for m in free if m.owner == self.worker] or free
         member = min(mine, key=lambda m: m.id)  # the one waiting longest
         cut = max(1, math.floor(self.settings.fraction * len(order)))
         if order.index(member) < len(order) - cut and member.usable:

@@ -27,6 +27,8 @@ from atoll.objectives import supervisor
 
 STDERR_TAIL = 8
 """Lines of stderr a failed evaluation's error quotes."""
+TAIL_LINE = 400
+"""Characters of each such line quoted (the whole line is in the command's log file)."""
 _READER_GRACE = 5.0
 """Seconds to wait for the output of a finished child to be read to its end."""
 _END_GRACE = 5.0
@@ -60,7 +62,7 @@ class Child:
         assert self._proc.stdout is not None and self._proc.stderr is not None
         self._readers = [threading.Thread(target=self._copy, args=(stream, keep), daemon=True)
                          for stream, keep in ((self._proc.stdout, self.stdout.put),
-                                              (self._proc.stderr, self._tail.append))]
+                                              (self._proc.stderr, self._keep_tail))]
         for reader in self._readers:
             reader.start()
 
@@ -72,6 +74,10 @@ class Child:
             keep(line.rstrip("\n"))
             self._news.set()
         self._news.set()
+
+    def _keep_tail(self, line: str) -> None:
+        cut = len(line) - TAIL_LINE
+        self._tail.append(line if cut <= 0 else f"{line[:TAIL_LINE]}... ({cut} more characters)")
 
     def wait(self, timeout: float) -> None:
         """Return after ``timeout`` seconds, or as soon as the child says something or ends

@@ -208,6 +208,15 @@ class CommandObjective:
                     partner_deadline = min(partner_deadline, now + self.stop_grace)
                     failed = []  # not yet a failure
             self._raise_on_failure(watch.child, ctx.rank, ticks, failed)
+            if leader.exit_code == 0 and leader.result is not None:
+                if leader.waited:  # a partner's command still runs: it is stopped
+                    if ticks[ctx.rank].exit_code is None:
+                        log.warning("individual %d: the command of worker rank %d was still "
+                                    "running objective.stop_grace = %g s after the leader's "
+                                    "result line: stopped; the result counts",
+                                    ctx.individual_id, ctx.rank, self.stop_grace)
+                    return self._kept_result(watch, ctx, ticks, latest)
+                partner_deadline = min(partner_deadline, now + self.stop_grace)
             if all(t.exit_code == 0 for t in ticks):
                 if self.inherits:  # children may start from its files once it completed
                     _mark(ctx, watch, latest)
@@ -222,7 +231,8 @@ class CommandObjective:
         lost mid-training leaves a DDP leader no result to say, so a failure around a said
         result is a crash on the way out (torch's gloo teardown aborts a finished script now
         and then, on any rank). Every rank whose command failed says so in one line; a command
-        still running (the leader ``stop_grace`` seconds after a partner's failure) is stopped."""
+        still running ``stop_grace`` seconds after a partner's failure or the leader's end is
+        stopped, and says so too."""
         code = ticks[ctx.rank].exit_code
         if code not in (None, 0):
             log.warning("individual %d: the command of worker rank %d %s after the leader's "

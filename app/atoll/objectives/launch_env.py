@@ -31,6 +31,8 @@ list on every rank) or to none at all (one GPU per task).
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -86,19 +88,62 @@ def command_environment(inherited: Mapping[str, str], comm: MPI.Comm, run_id: st
             else:
                 env["SLURM_NTASKS_PER_NODE"] = per_node
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
+        # A pipe is block-buffered: a Python script's print() would reach Atoll only when it
+        # ends, and its epoch lines drive the record, pruning and the checkpoint of a resume.
+        env.setdefault("PYTHONUNBUFFERED", "1")
         yield env
 
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
+_SHELL_OPERATORS = set(";&|()")
+_PREFIXES = ("env", "exec", "nohup", "command")
+"""Words that run the command after them (``exec torchrun ...``, ``env A=1 torchrun ...``)."""
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def starts_torchrun(command: Sequence[str]) -> bool:
     """Whether the command is torchrun itself (``torchrun ...``, ``python -m
-    torch.distributed.run ...``): the launcher of a node's processes."""
-    head = list(command[:4])
+    torch.distributed.run ...``): the launcher of a node's processes; also behind ``exec``,
+    ``env A=1`` or in any simple command of a shell's ``-c`` script (``sh -c "cd d && exec
+    torchrun ..."``)."""
+    words = list(command)
+    while words and (words[0] in _PREFIXES or _ASSIGNMENT.match(words[0])):
+        words.pop(0)
+    if not words:
+        return False
+    if Path(words[0]).name in SHELLS:
+        script = _shell_script(words[1:])
+        return script is not None and any(starts_torchrun(part) for part in script)
+    head = words[:4]
     pairs = zip(head, head[1:], strict=False)
-    return bool(head) and (Path(head[0]).name == "torchrun" or any(
-        flag == "-m" and module in TORCHRUN_MODULES for flag, module in pairs))
+    return Path(head[0]).name == "torchrun" or any(
+        flag == "-m" and module in TORCHRUN_MODULES for flag, module in pairs)
+
+
+def _shell_script(arguments: Sequence[str]) -> list[list[str]] | None:
+    """The simple commands of a shell's ``-c`` script (split at ``;``, ``&&``, ``|``, ...),
+    or None when the shell runs a file or the script does not parse."""
+    for i, word in enumerate(arguments):
+        if not word.startswith("-"):
+            return None
+        if "c" in word[1:] and i + 1 < len(arguments):
+            try:
+                lexer = shlex.shlex(arguments[i + 1], posix=True, punctuation_chars=True)
+                lexer.whitespace_split = True
+                tokens = list(lexer)
+            except ValueError:
+                return None
+            parts: list[list[str]] = [[]]
+            for token in tokens:
+                if set(token) <= _SHELL_OPERATORS:
+                    parts.append([])
+                else:
+                    parts[-1].append(token)
+            return [part for part in parts if part]
+    return None
 
 
 def crowded_torchrun(where: str) -> str:
