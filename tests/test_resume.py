@@ -17,6 +17,7 @@ import pytest
 from atoll.engine.restore import completed_count
 from atoll.individual import Status
 from atoll.record import RunPaths, end_job, open_run, read_history
+from atoll.record.run import begin_job
 from conftest import ROOT, atoll_cmd, kill_tree, mpi_env, mpirun_atoll, mpirun_cmd, run
 
 SLOW_CONFIG = "tests/configs/slow_sphere.toml"
@@ -289,6 +290,26 @@ def test_a_missing_worker_file_is_said_by_inspect_and_resume(tmp_path):
     done = resume(run_dir, 3, "search.evaluations=16")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count(line) == 1, done.stderr
+
+
+def test_a_job_killed_before_it_made_its_worker_files_is_said_as_such(tmp_path):
+    """kill -9 between a job's start (its row in run.h5) and its worker files' creation
+    leaves a job with none: said as what it is, not as files lost that a backup would hold."""
+    run_dir, done = start(tmp_path, 3, "search.generations=4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    paths = RunPaths(run_dir)
+    layout = json.loads(open_run(run_dir).jobs["layout"][0])
+    begin_job(paths, layout=layout, hosts=["here"], versions={}, slurm={}, start=time.time())
+    line = ("job(s) 1 never ended and have none of their worker files: killed before they made "
+            "them, they recorded nothing (if their files were moved away, restore them to "
+            f"{paths.workers_dir})")
+    shown = run(atoll_cmd("inspect", str(run_dir)))
+    assert shown.returncode == 0 and f"Warning: {line}" in shown.stdout, shown.stdout
+    assert "backup" not in shown.stdout
+    done = resume(run_dir, 3, "search.evaluations=16")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count(line) == 1 and "backup" not in done.stderr, done.stderr
+    check_complete(run_dir, 16)
 
 
 def test_resume_may_change_only_job_level_settings(tmp_path):

@@ -177,19 +177,32 @@ def check_run(paths: RunPaths, space: Space | None = None) -> RunInfo:
 
 def missing_workers(paths: RunPaths, jobs: np.ndarray) -> str:
     """"" or one line naming the worker files that run.h5's ``jobs`` had and that are not
-    there (lost in a copy, moved away): their rows are not read."""
-    missing = []
-    for job, layout in zip(jobs["job"].tolist(), jobs["layout"].tolist(), strict=True):
+    there (lost in a copy, moved away): their rows are not read. A job that never ended and
+    has none of its files was most likely killed in the moment between its start and their
+    creation: that is said apart, as what it most likely is."""
+    missing, unmade = [], []
+    for job, layout, stop in zip(jobs["job"].tolist(), jobs["layout"].tolist(),
+                                 jobs["stop"].tolist(), strict=True):
         try:
             workers = int(json.loads(layout)["workers"])
         except (ValueError, KeyError, TypeError):  # an older or damaged layout: no count
             continue
-        missing += [path for path in (paths.worker_file(job, w) for w in range(workers))
-                    if not path.exists()]
-    if not missing:
-        return ""
-    return (f"{len(missing)} worker file(s) of the run's jobs are missing ({missing[0]}, for "
-            "one): their rows, if any, are not in the record; restore them from a backup")
+        gone = [path for path in (paths.worker_file(job, w) for w in range(workers))
+                if not path.exists()]
+        if gone and len(gone) == workers and math.isnan(stop):
+            unmade.append(job)
+        else:
+            missing += gone
+    said = []
+    if missing:
+        said.append(f"{len(missing)} worker file(s) of the run's jobs are missing "
+                    f"({missing[0]}, for one): their rows, if any, are not in the record; "
+                    "restore them from a backup")
+    if unmade:
+        said.append(f"job(s) {', '.join(map(str, unmade))} never ended and have none of their "
+                    "worker files: killed before they made them, they recorded nothing (if "
+                    f"their files were moved away, restore them to {paths.workers_dir})")
+    return "; ".join(said)
 
 
 def _check_kept_dirs(paths: RunPaths) -> None:
