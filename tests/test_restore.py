@@ -66,3 +66,22 @@ def test_a_restored_copy_keeps_its_version_so_the_next_job_migrates_it_in_order(
     later = np.concatenate([first, moved_on])  # read in (job, worker) order
     assert moved_islands(later)[0] == {1: 3}
     assert [i.id for i in restore_population(ind, later, SPACE, layout, 1).ranked] == [1, 0]
+
+
+def test_a_pbt_island_keeps_its_own_lineages_as_its_own():
+    """PBT island 0 evaluated 0 and sent a copy to island 1 (version 1), which sent a copy of
+    it back (version 2); 1 evaluated 1. Island 0 on its own, and one island for both: 0 is
+    island 0's own (version 0), a member, not a copy (as one, its lineage would end and the
+    member it replaced come back); 1 is island 1's own. The GA's islands keep the copies'
+    versions, so that a next move numbers on."""
+    ind = individuals([(0, 0, 0.5, Status.OK), (1, 1, 0.1, Status.OK)])
+    copied = migrations([(0, 1, "pollination", 0, 1), (0, 2, "pollination", 1, 0)])
+    apart, merged = plan_layout(4, 1, 2), plan_layout(2, 1, 1)
+    assert {i.id: i.version for i in restore_population(ind, copied, SPACE, apart, 0,
+                                                        lineages=True)} == {0: 0}
+    assert {i.id: i.version for i in restore_population(ind, copied, SPACE, apart, 1,
+                                                        lineages=True)} == {0: 1, 1: 0}
+    assert {i.id: i.version for i in restore_population(ind, copied, SPACE, merged, 0,
+                                                        lineages=True)} == {0: 0, 1: 0}
+    assert {i.id: i.version for i in restore_population(ind, copied, SPACE, merged, 0)} == \
+        {0: 2, 1: 0}

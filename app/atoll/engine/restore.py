@@ -61,19 +61,28 @@ def moved_islands(migrations: np.ndarray) -> dict[int, dict[int, int]]:
 
 
 def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: Space,
-                       layout: Layout, island: int) -> Population:
+                       layout: Layout, island: int, lineages: bool = False) -> Population:
     """The population one island of the new layout starts from (vectorised: 100,000 rows in
-    well under a second)."""
+    well under a second).
+
+    ``lineages`` (a PBT island, which copies its emigrants): every individual evaluated on an
+    old island that maps here is this island's own (version 0), though copies of it came back
+    (a copy of a copy) or came from another old island mapped here. As a copy it would be no
+    PBT member, and the member it had replaced would come back to life."""
     ok = individuals[individuals["status"] == int(Status.OK)]
     homes = moved_islands(migrations)
     moved_ids = np.fromiter(homes, dtype=np.int64, count=len(homes))
-    mask = (ok["island"] % layout.islands == island) & ~np.isin(ok["id"], moved_ids)
+    own = ok["island"] % layout.islands == island
+    mask = own & ~np.isin(ok["id"], moved_ids)
     versions = {}  # the moved ones active here: the version of their copy here
     for ident, where in homes.items():
         here = [version for old, version in where.items() if old % layout.islands == island]
         if here:
             versions[ident] = max(here)
     mask |= np.isin(ok["id"], np.fromiter(versions, dtype=np.int64, count=len(versions)))
+    if lineages:
+        mask |= own
+        versions.update(dict.fromkeys(ok["id"][own].tolist(), 0))
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)

@@ -371,8 +371,9 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
                     paths.checkpoint_file(lost[0]))
     paused = paused_on(waiting_at_rungs, plan.config.space, topo.layout, topo.island, kept)
     succeeded = bool((individuals["status"] == int(Status.OK)).any())
+    lineages = plan.config.evolution.strategy_of(topo.island) == "pbt"
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
-                              topo.island), waiting, paused, succeeded
+                              topo.island, lineages), waiting, paused, succeeded
 
 
 def _hostname() -> str:
