@@ -462,6 +462,17 @@ def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, s
                                       plan_layout(4, 1, 2), island)
         home = {i for i in lineages if rows[i]["island"] == island}
         assert home <= {ind.id for ind in restored if ind.active}, island
+    # One island for both: every lineage goes on there; none that a copy had ended (a copy
+    # here used to be no member, so the member it replaced came back, its checkpoint gone).
+    done = mpirun_atoll(4, "resume", "-q", str(tmp_path / "run"), "--set", "search.islands=1",
+                        "--set", "search.evaluations=110")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "not kept" not in done.stderr, done.stderr[-4000:]
+    after, _ = table(tmp_path / "run")
+    new = {i: r for i, r in after.items() if i not in rows}
+    replaced = {r["parent_b"] if r["parent_b"] != NO_PARENT else r["parent_a"]
+                for r in new.values() if r["origin"] == int(Origin.PBT)}
+    assert replaced and replaced <= lineages | set(new), sorted(replaced - lineages - set(new))
 
 
 # -- atoll inspect names the lineage ----------------------------------------------------------
