@@ -6,7 +6,7 @@ import numpy as np
 
 from atoll.engine.restore import completed_count, moved_islands, restore_population
 from atoll.engine.topology import plan_layout
-from atoll.individual import Status
+from atoll.individual import Origin, Status
 from atoll.record.schema import MODE_NAMES, individual_dtype, migration_dtype
 from atoll.space import Space
 
@@ -85,3 +85,16 @@ def test_a_pbt_island_keeps_its_own_lineages_as_its_own():
                                                         lineages=True)} == {0: 0, 1: 0}
     assert {i.id: i.version for i in restore_population(ind, copied, SPACE, merged, 0)} == \
         {0: 2, 1: 0}
+
+
+def test_a_pbt_islands_members_are_dealt_out_to_its_workers_in_turn():
+    """Members 0, 4, 6 and 8 (8 took 2's place); by id alone both workers' share would be
+    worker 0's, and worker 1 would train on (a copy of) one of worker 0's members at once."""
+    ind = individuals([(i, 0, 0.1 * i, Status.OK) for i in (0, 2, 4, 6, 8)])
+    last = ind["id"] == 8
+    ind["origin"][last], ind["parent_a"][last], ind["parent_b"][last] = int(Origin.PBT), 0, 2
+    layout = plan_layout(2, 1, 1)  # one island of workers 0 and 1
+    owners = {i.id: i.owner for i in restore_population(ind, migrations([]), SPACE, layout, 0,
+                                                        lineages=True)}
+    assert owners == {0: 0, 4: 1, 6: 0, 8: 1, 2: 0}
+    assert {i.owner for i in restore_population(ind, migrations([]), SPACE, layout, 0)} == {0}

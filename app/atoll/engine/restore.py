@@ -29,6 +29,8 @@ from atoll.individual import (
     Status,
     from_about,
     from_fields,
+    is_copy,
+    replaced_member,
 )
 from atoll.space import Space
 
@@ -86,12 +88,24 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)
-    population = Population()
-    for ind in recorded(rows, space):
+    restored = recorded(rows, space)
+    for ind in restored:
         ind.island, ind.owner = island, workers[ind.id % len(workers)]
         ind.version = versions.get(ind.id, 0)
+    if lineages:  # the members in turn, so that no worker is left without one to train on
+        for n, member in enumerate(sorted(pbt_members(restored), key=lambda i: i.id)):
+            member.owner = workers[n % len(workers)]
+    population = Population()
+    for ind in restored:
         population.learn(ind)
     return population
+
+
+def pbt_members(individuals: list[Individual]) -> list[Individual]:
+    """The island's own individuals that no later one of its own replaced: PBT's members."""
+    own = [ind for ind in individuals if not is_copy(ind)]
+    replaced = {replaced_member(ind) for ind in own}
+    return [ind for ind in own if ind.id not in replaced]
 
 
 def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int,
