@@ -244,6 +244,9 @@ def test_one_ranks_crash_on_a_three_rank_worker_ends_every_ranks_command(tmp_pat
     assert str(ind["error"][0]) == (  # the same error of two ranks said once
         "ranks 0, 2: CommandFailed: the command of worker rank 1 failed; rank 1: CommandFailed: "
         "the command exited with code 3; its stderr ended with: starting --crash-rank1")
+    shown = run(atoll_cmd("inspect", str(run_dir)))  # the failure's cause, not its pointer
+    assert shown.returncode == 0 and "  1 x CommandFailed: the command exited with code 3; its " \
+        "stderr ended with: starting --crash-rank1" in shown.stdout, shown.stdout
 
 
 @pytest.mark.parametrize(("mode", "result", "aborted"), [

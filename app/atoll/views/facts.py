@@ -7,6 +7,7 @@ Files only (numpy on :class:`~atoll.record.RunData`): no MPI, no torch.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -56,14 +57,36 @@ def ranked(run: RunData, top: int | None = None) -> np.ndarray:
 def reason(error: str) -> str:
     """The ``Type: message`` of a recorded error: its first line (the last of a traceback), and
     for a multi-rank worker (``rank 1: RuntimeError: ...; rank 0: ...``) the first rank's error
-    without the rank."""
+    without the rank; where that error only points at another rank's command (``the command
+    of worker rank 1 failed``), that rank's error, which says why."""
     lines = [line for line in error.strip().splitlines() if line.strip()]
     if not lines:
         return "(no error text)"
-    first = (lines[-1] if lines[0].startswith("Traceback") else lines[0]).split("; rank ")[0]
-    if first.startswith("rank ") and ": " in first:
-        first = first.split(": ", 1)[1]
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    parts = [_rank_part(part) for part in _RANK_PARTS.split(line)]
+    first = parts[0][1]
+    pointer = _POINTER.search(first)
+    if pointer is not None:
+        first = next((text for ranks, text in parts[1:] if int(pointer[1]) in ranks), first)
     return first.strip() or "(no error text)"
+
+
+_RANK_PARTS = re.compile(r"; (?=ranks? \d)")
+_POINTER = re.compile(r"the command of worker rank (\d+) failed")
+
+
+def _rank_part(part: str) -> tuple[set[int], str]:
+    """(the ranks, the error) of one part of a multi-rank worker's error (no ranks: a
+    one-rank worker's)."""
+    found = re.match(r"ranks? ([\d, .-]+): ", part)
+    if found is None:
+        return set(), part
+    ranks: set[int] = set()
+    for piece in found[1].split(","):
+        low, _, high = piece.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            ranks.update(range(int(low), int(high or low) + 1))
+    return ranks, part[found.end():]
 
 
 def failure_reasons(ind: np.ndarray, most: int = 5) -> list[tuple[str, int]]:
