@@ -302,6 +302,16 @@ def offers_every_epoch(params: Mapping[str, Any], ctx: Any) -> float:
     return best
 
 
+def weights_on_a_follower(params: Mapping[str, Any], ctx: Any) -> float:
+    """Offers its weights on the worker's rank 1 only, whose offer keeps nothing."""
+    import torch
+
+    loss = BENCHMARKS["sphere"](params, ctx)
+    if ctx.rank == 1:
+        ctx.keep_weights({"w": torch.zeros(3)}, loss)
+    return loss
+
+
 def misused_weights(params: Mapping[str, Any], ctx: Any) -> float:
     """Offers a DDP model's state_dict as DDP gives it (every key under ``module.``), and
     first a NaN loss; from the second call on, also reports through the ctx of the first call,

@@ -171,6 +171,16 @@ def test_ddp_weights_lose_their_prefix_and_a_nan_loss_is_said(tmp_path):
         assert sorted(kept) == ["b", "w"] and kept["w"].tolist() == [row["loss"]] * 3
 
 
+def test_weights_offered_on_a_follower_only_are_said_lost_once(tmp_path):
+    run_dir = _search(tmp_path, 2, "weights_on_a_follower", "search.ranks_per_worker=2",
+                      "search.generations=3",
+                      said="ctx.keep_weights was called on worker rank(s) 1 but not on rank 0, "
+                           "whose call alone keeps weights: none were kept (said once per "
+                           "worker); call it on rank 0 too")
+    assert len(open_run(run_dir).individuals) == 3
+    assert not list((run_dir / "models").glob("*.h5"))
+
+
 def test_a_ctx_kept_past_its_call_is_refused_and_the_record_stays(tmp_path):
     run_dir = _search(tmp_path, 1, "misused_weights", "objective.options.keep_ctx=true",
                       "search.generations=3")

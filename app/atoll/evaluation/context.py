@@ -147,6 +147,8 @@ class Context:
         paused it (``rule = "asha"``): its island may continue it from its checkpoint."""
         self.saved_at: int | None = None
         """The epoch of the last checkpoint :meth:`save_checkpoint` saved."""
+        self.offered = False
+        """Whether this rank called :meth:`keep_weights` (only the leader's call keeps any)."""
         self._ended = False
 
     def end(self) -> None:
@@ -298,6 +300,7 @@ class Context:
         it too, it does nothing there.
         """
         self._open("keep_weights")
+        self.offered = True
         if self._services.offer_weights is not None and self.is_leader:
             self._services.offer_weights(self.individual_id, float(loss),
                                          without_ddp_prefix(state_dict), self._params)

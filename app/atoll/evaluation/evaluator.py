@@ -51,6 +51,7 @@ class WorkerEvaluator:
         self.eval_timeout = eval_timeout
         self.maximize = maximize  # the loss is then the negated value: the engine only minimizes
         self._said_no_checkpoint = False
+        self._said_lost_weights = False
 
     @classmethod
     def for_job(cls, config: Config, objective: Objective, comm: MPI.Comm, *, node: NodePlace,
@@ -86,7 +87,7 @@ class WorkerEvaluator:
             ind.loss = -ind.loss
         if self.services.meeting is not None:
             self.services.meeting.end()
-            self._agree_on_failure(ind, quiet=ctx.interrupted)
+            self._agree_on_failure(ind, quiet=ctx.interrupted, offered=ctx.offered)
         ind.finished = time.time()
         lineage = ctx.inherited  # what its training actually started from
         ind.inherit_from = NO_PARENT if lineage is None else lineage.individual
@@ -115,15 +116,20 @@ class WorkerEvaluator:
                         "ctx.save_checkpoint(state, epoch) at each epoch and continue from "
                         "ctx.load_checkpoint()", ind.id, epoch)
 
-    def _agree_on_failure(self, ind: Individual, quiet: bool = False) -> None:
+    def _agree_on_failure(self, ind: Individual, quiet: bool = False,
+                          offered: bool = False) -> None:
         """If any rank of the worker failed, the individual failed on every rank.
 
         Every failing rank's error is recorded (a partner that waited in a collective fails by
         timeout too). The process group may be out of step then: it is rebuilt on next use.
         ``quiet``: the evaluation was interrupted by the job's stop, which is what the record
-        says of it, so no failure is said.
+        says of it, so no failure is said. ``offered``: whether this rank called
+        ``ctx.keep_weights``; weights offered on other ranks only are kept nowhere, said once.
         """
-        errors = self.services.comm.allgather(ind.error if ind.status == Status.FAILED else "")
+        gathered = self.services.comm.allgather(
+            (ind.error if ind.status == Status.FAILED else "", offered))
+        errors = [error for error, _ in gathered]
+        self._say_lost_weights(ind.id, [rank for rank, (_, o) in enumerate(gathered) if o])
         ranks_of: dict[str, list[int]] = {}  # each error once, with the ranks that had it
         for rank, error in enumerate(errors):
             if error:
@@ -138,6 +144,15 @@ class WorkerEvaluator:
             if self.services.comm.Get_rank() == 0 and not quiet:  # it warned of its own only
                 log.warning("individual %d failed on its worker's ranks: %s", ind.id, error)
         self.services.group.close()
+
+    def _say_lost_weights(self, ident: int, offering: list[int]) -> None:
+        if not offering or offering[0] == 0 or self._said_lost_weights:
+            return
+        self._said_lost_weights = True
+        if self.services.comm.Get_rank() == 0 and self.services.offer_weights is not None:
+            log.warning("individual %d: ctx.keep_weights was called on worker rank(s) %s but "
+                        "not on rank 0, whose call alone keeps weights: none were kept (said "
+                        "once per worker); call it on rank 0 too", ident, ranks_text(offering))
 
     def close(self) -> None:
         """The end of the job on this rank: release the process group and its store."""
