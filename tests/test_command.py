@@ -580,6 +580,33 @@ def test_a_stopped_command_continues_from_its_own_checkpoint_in_the_next_job(tmp
     assert not paths.command_checkpoint_dir(0).exists() and not paths.checkpoint_file(0).exists()
 
 
+def test_a_scripts_checkpoint_that_no_epoch_line_followed_is_kept_and_said_on_resume(tmp_path):
+    """kill -9 of a job whose script saves its checkpoint but says no epoch line: no row and
+    no small checkpoint say the individual's parameters, so the next job cannot continue it;
+    it leaves the script's files as they are and says so, in one line."""
+    config = RESUMABLE.replace('"{resume_dir}"]', '"{resume_dir}", "--no-epochs"]')
+    run_dir, paths = tmp_path / "run", RunPaths(tmp_path / "run")
+    proc = subprocess.Popen(
+        atoll_cmd("search", "--config", str(write(tmp_path, config)), "--run-dir", str(run_dir),
+                  "-q", "--set", "search.evaluations=1"),
+        cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_words(paths.work_dir(0) / "epochs.txt", 2)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    saved = paths.command_checkpoint_dir(0) / "state.json"
+    assert saved.exists() and not paths.checkpoint_file(0).exists()
+    again = run(atoll_cmd("resume", str(run_dir), "-q"), timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = [line for line in again.stderr.splitlines() if "cannot be continued" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"1 folder(s) of a command's own checkpoint ({paths.command_checkpoint_dir(0)}, for "
+        "one) belong to evaluations a killed job never recorded, and no 'ATOLL epoch=' line "
+        "came after the script saved them: they cannot be continued and stay as they are; "
+        "delete them if you do not need them"), again.stderr[-2000:]
+    assert saved.exists()
+    assert open_run(run_dir).individuals["status"].tolist() == [int(Status.OK)]
+
+
 def test_results_from_a_file_count_the_leaders_lines_and_not_stdout(tmp_path):
     config = PLAIN.split("[objective]")[0] + f"""[objective]
 command = ["{{python}}", "{COMMANDS}/file_results.py", "{{x}}"]

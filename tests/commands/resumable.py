@@ -1,6 +1,7 @@
 """A training script that keeps its own checkpoint (plain JSON, written whole) where Atoll says
 (ATOLL_CHECKPOINT_DIR) and continues from ATOLL_RESUME_DIR when that is set. It finishes the
-epoch it is in when SIGTERM comes, and notes each epoch it ran in its work directory."""
+epoch it is in when SIGTERM comes, and notes each epoch it ran in its work directory. With
+--no-epochs it prints its result line only."""
 
 import argparse
 import json
@@ -14,6 +15,7 @@ parser.add_argument("--x", type=float, required=True)
 parser.add_argument("--epochs", type=int, default=8)
 parser.add_argument("--out", type=Path, required=True)
 parser.add_argument("--resume", default="")  # the {resume_dir} placeholder: "" or the directory
+parser.add_argument("--no-epochs", action="store_true")
 args = parser.parse_args()
 assert args.resume == os.environ["ATOLL_RESUME_DIR"]
 
@@ -33,6 +35,7 @@ for epoch in range(state["epoch"] + 1, args.epochs):
     saves.joinpath("state.json.tmp").rename(saves / "state.json")
     with Path(args.out, "epochs.txt").open("a") as trace:
         trace.write(f"{epoch}\n")
-    print(f"ATOLL epoch={epoch} val_loss={state['loss']}", flush=True)
+    if not args.no_epochs:
+        print(f"ATOLL epoch={epoch} val_loss={state['loss']}", flush=True)
 else:
     print(f"ATOLL result={state['loss']}", flush=True)

@@ -58,6 +58,7 @@ from atoll.record.checkpoints import (
     release_earlier_holds,
 )
 from atoll.record.claim import CLAIM_LOST, Claim, claim, still_held
+from atoll.record.links import holds_files
 from atoll.record.models import TopWeights
 from atoll.scheduling.worker import WorkerScheduling
 from atoll.space import FloatParam
@@ -354,6 +355,7 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
             log.info("the checkpoints of %d evaluation(s) a killed job ended but did not "
                      "record are continued, no longer held as results: %s", len(forgotten),
                      ", ".join(map(str, forgotten)))
+        _say_orphaned_scripts(paths, recorded)
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(recorded)}
     cut = promotion.held(paths)
@@ -374,6 +376,20 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     lineages = plan.config.evolution.strategy_of(topo.island) == "pbt"
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
                               topo.island, lineages), waiting, paused, succeeded
+
+
+def _say_orphaned_scripts(paths: record.RunPaths, recorded: set[int]) -> None:
+    """Command objectives' own checkpoints of evaluations a killed job never recorded nor
+    saved the small checkpoint of (no epoch line came after the script saved): nothing says
+    their parameters, so they cannot be continued; they are left where they are, said once."""
+    kept = paths.checkpoint_files()
+    orphans = sorted(path for ident, path in paths.command_checkpoint_dirs().items()
+                     if ident not in recorded and ident not in kept and holds_files(path))
+    if orphans:
+        log.warning("%d folder(s) of a command's own checkpoint (%s, for one) belong to "
+                    "evaluations a killed job never recorded, and no 'ATOLL epoch=' line came "
+                    "after the script saved them: they cannot be continued and stay as they "
+                    "are; delete them if you do not need them", len(orphans), orphans[0])
 
 
 def _hostname() -> str:
