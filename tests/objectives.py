@@ -23,7 +23,8 @@ def slow_sphere(params: Mapping[str, Any], ctx: Any) -> float:
 def uneven(params: Mapping[str, Any], ctx: Any) -> float:
     """Sphere that takes ``options.slow`` seconds on world rank 0 and ``options.fast`` on every
     other rank: one worker far slower than its partners. With ``options.epochs``, that time is
-    spread over as many reported epochs."""
+    spread over as many reported epochs (with ``options.poll``, as many stop checks instead, as
+    a command objective's worker makes while its script is silent)."""
     from mpi4py import MPI
 
     slow = MPI.COMM_WORLD.Get_rank() == 0
@@ -34,7 +35,10 @@ def uneven(params: Mapping[str, Any], ctx: Any) -> float:
         time.sleep(seconds)
     for epoch in range(epochs):
         time.sleep(seconds / epochs)
-        ctx.report(epoch, loss=loss)
+        if ctx.options.get("poll"):
+            ctx.stop_requested()
+        else:
+            ctx.report(epoch, loss=loss)
     return loss
 
 

@@ -4,6 +4,7 @@ quick takes over part of a slow partner's share instead of sitting idle until it
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from atoll.engine.restore import completed_count
 from atoll.record import open_run
@@ -28,14 +29,18 @@ def test_quick_workers_take_over_a_slow_partners_share_and_the_budget_stays_exac
     assert per_worker[0] == 1, per_worker
 
 
-def test_a_worker_answers_an_ask_at_its_next_report_not_at_the_end_of_its_evaluation(tmp_path):
+@pytest.mark.parametrize("poll", [False, True])
+def test_a_worker_answers_an_ask_at_its_next_report_not_at_the_end_of_its_evaluation(tmp_path,
+                                                                                      poll):
+    """At its next ctx.report, or its next ctx.stop_requested (poll)."""
     run_dir = tmp_path / "run"
     done = mpirun_atoll(2, "search", "--config", CONFIG, "--run-dir", str(run_dir),
                         "--set", "search.evaluations=4", "--set", "search.islands=1",
                         "--set", "objective.name=objectives:uneven",
                         "--set", "objective.options.slow=4",
                         "--set", "objective.options.fast=0.02",
-                        "--set", "objective.options.epochs=40")
+                        "--set", "objective.options.epochs=40",
+                        "--set", f"objective.options.poll={str(poll).lower()}")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = open_run(run_dir).individuals
     assert completed_count(rows) == 4 and len(np.unique(rows["id"])) == 4

@@ -66,9 +66,10 @@ class WorkerServices:
     holds)."""
     metric_check: MetricCheck | None = None
     """Sees the metrics the leader's reports carry (when pruning is on)."""
-    between_epochs: Callable[[], object] | None = None
-    """Called on the leader after each report: its island loop answers what its partners
-    asked meanwhile (a share of the budget), an epoch later rather than an evaluation."""
+    answer_partners: Callable[[], object] | None = None
+    """Called on the leader after each report and stop check: its island loop answers what its
+    partners asked meanwhile (a share of the budget), an epoch later rather than an
+    evaluation."""
     meeting: Meeting | None = field(init=False, default=None)
     """Where a multi-rank worker's ranks meet before each collective call (within the process
     group's timeout, ``distributed.timeout``); None for a worker of one rank."""
@@ -267,8 +268,8 @@ class Context:
             services.record_epoch(self.individual_id, epoch, time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
-        if services.between_epochs is not None and self.is_leader:
-            services.between_epochs()
+        if services.answer_partners is not None and self.is_leader:
+            services.answer_partners()
         return stopping or self.judged
 
     def stop_requested(self) -> bool:
@@ -283,6 +284,8 @@ class Context:
         with services.together("ctx.stop_requested()"):
             stopping = services.should_stop()
         self.interrupted |= stopping
+        if services.answer_partners is not None and self.is_leader:
+            services.answer_partners()
         return stopping
 
     @property

@@ -60,7 +60,7 @@ class WorkerEvaluator:
                 judge_epoch: Callable[[int, int, Mapping[str, float]], Verdict] | None = None,
                 checkpoints: CheckpointStore | None = None,
                 before_checkpoint: Callable[[], None] | None = None,
-                between_epochs: Callable[[], object] | None = None) -> WorkerEvaluator:
+                answer_partners: Callable[[], object] | None = None) -> WorkerEvaluator:
         """The evaluator of a job's worker, with its settings taken from ``config``."""
         services = WorkerServices(
             comm=comm, seed=config.seed, node=node,
@@ -70,7 +70,7 @@ class WorkerEvaluator:
             options=config.objective.options, record_epoch=record_epoch,
             offer_weights=offer_weights, should_stop=should_stop, judge_epoch=judge_epoch,
             checkpoints=checkpoints, before_checkpoint=before_checkpoint,
-            between_epochs=between_epochs,
+            answer_partners=answer_partners,
             shape_hint=SHAPE_HINT if config.inherits and not config.inherit.shape_params
             and not config.objective.command else "",
             metric_check=MetricCheck(config.pruning.metric) if config.pruning.active else None)

@@ -245,7 +245,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
         before_checkpoint=log_file.before_checkpoint if log_file is not None else None,
         # the leader's loop, built below, answers its partners at each report: evaluations
         # begin only once it exists
-        between_epochs=(lambda: loop.take_in()) if topo.is_leader else None)
+        answer_partners=(lambda: loop.take_in()) if topo.is_leader else None)
     if not topo.is_leader:
         return Follower(link, evaluator)
     assert topo.leaders is not None and log_file is not None and keeper is not None
