@@ -8,9 +8,9 @@ gives half of what it has not yet begun (rounded up), and a worker stops only wh
 it asked gave nothing. Shares change hands and are never copied, so the job still completes its
 budget exactly. A worker that stops says so, and is asked no more: after that it only drains.
 
-Partners answer at each report of their running evaluation (``ctx.report``) and between
-evaluations, so an ask waits about an epoch (an evaluation, where an objective never reports);
-the asker goes on as soon as one gives.
+Partners answer at each report of their running evaluation (``ctx.report``, also
+``ctx.stop_requested``) and between evaluations, so an ask waits about an epoch (an evaluation,
+where an objective calls neither); the asker goes on as soon as one gives.
 """
 
 from __future__ import annotations
