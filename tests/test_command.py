@@ -259,16 +259,7 @@ def test_a_crash_on_the_way_out_after_the_result_line_keeps_the_result(tmp_path,
     """torch's gloo teardown aborts a finished script now and then (SIGABRT at exit), on any
     rank, and a partner may end so before the leader has said its result: the result counts,
     and the rank says in one line how its command ended."""
-    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
-                           f'"{COMMANDS}/broken.py", "{mode}", "{{work_dir}}"')
-    run_dir = tmp_path / "run"
-    started = time.monotonic()
-    done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
-                        str(run_dir), "--set", "search.ranks_per_worker=2",
-                        "--set", "search.evaluations=1", "--set", "objective.stop_grace=2",
-                        timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ind = open_run(run_dir).individuals
+    done, ind, took = broken_on_two_ranks(tmp_path, mode, "{work_dir}")
     assert ind["status"].tolist() == [int(Status.OK)], ind["error"]
     assert ind["loss"].tolist() == [result]
     said = [line for line in done.stderr.splitlines() if "after the leader's result" in line]
@@ -277,16 +268,14 @@ def test_a_crash_on_the_way_out_after_the_result_line_keeps_the_result(tmp_path,
         f"WARNING atoll.objectives.command: individual {int(ind['id'][0])}: the command of "
         f"worker rank {aborted} was killed by SIGABRT after the leader's result line; the "
         f"result counts; its stderr ended with: starting {mode}"), said[0]
-    assert time.monotonic() - started < 60  # a lingering leader was stopped after stop_grace
+    assert took < 60  # a lingering leader was stopped after stop_grace
 
 
-def test_a_partner_still_running_after_the_leaders_result_is_stopped_and_the_result_counts(
-        tmp_path):
-    """Rank 0's script said its result and exited; rank 1's runs on (in a barrier the leader
-    left, say): stop_grace seconds later it is stopped, said in one line, and the result
-    counts, where the worker used to wait for it for ever."""
-    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"',
-                           f'"{COMMANDS}/broken.py", "--rank1-lingers"')
+def broken_on_two_ranks(tmp_path: Path, *words: str) -> tuple[Any, Any, float]:
+    """One evaluation of broken.py ``words`` on a worker of 2 ranks, stop_grace 2 s: the
+    finished job, its record's individuals, and the seconds it took."""
+    config = PLAIN.replace(f'"{COMMANDS}/train_plain.py"', ", ".join(
+        f'"{word}"' for word in (f"{COMMANDS}/broken.py", *words)))
     run_dir = tmp_path / "run"
     started = time.monotonic()
     done = mpirun_atoll(2, "search", "--config", str(write(tmp_path, config)), "--run-dir",
@@ -294,8 +283,16 @@ def test_a_partner_still_running_after_the_leaders_result_is_stopped_and_the_res
                         "--set", "search.evaluations=1", "--set", "objective.stop_grace=2",
                         timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert time.monotonic() - started < 60
-    ind = open_run(run_dir).individuals
+    return done, open_run(run_dir).individuals, time.monotonic() - started
+
+
+def test_a_partner_still_running_after_the_leaders_result_is_stopped_and_the_result_counts(
+        tmp_path):
+    """Rank 0's script said its result and exited; rank 1's runs on (in a barrier the leader
+    left, say): stop_grace seconds later it is stopped, said in one line, and the result
+    counts, where the worker used to wait for it for ever."""
+    done, ind, took = broken_on_two_ranks(tmp_path, "--rank1-lingers")
+    assert took < 60
     assert ind["status"].tolist() == [int(Status.OK)] and ind["loss"].tolist() == [0.75]
     said = [line for line in done.stderr.splitlines() if "still running" in line]
     assert len(said) == 1 and said[0].endswith(
