@@ -321,13 +321,15 @@ def test_torchrun_as_the_command_needs_one_rank_of_each_worker_per_node():
                            "rank would start"), said
 
 
-def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path):
+@pytest.mark.parametrize("command", [
+    '"{python}", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"',
+    '"sh", "-c", "exec torchrun --nproc-per-node 2 train.py"'])  # as in the README
+def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path, command):
     """What the search refuses to start for, the doctor says with the search's line; with one
     rank per worker the row passes."""
     config = tmp_path / "torchrun.toml"
-    config.write_text('[objective]\ncommand = ["{python}", "-m", "torch.distributed.run", '
-                      '"--nproc-per-node", "2", '
-                      '"train.py"]\n[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
+    config.write_text(f'[objective]\ncommand = [{command}]\n'
+                      '[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n'
                       "[search]\nranks_per_worker = 2\n")
     done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config)))
     assert done.returncode == EXIT_BAD_INPUT, done.stdout + done.stderr
@@ -341,6 +343,19 @@ def test_the_doctor_fails_torchrun_on_a_worker_of_two_ranks_on_one_node(tmp_path
                           "search.ranks_per_worker=1"))
     assert rows_of(done.stdout)["command"] == [OK], done.stdout + done.stderr
     assert "atoll: error" not in done.stderr, done.stderr
+
+
+def test_a_commands_threads_are_the_ones_its_env_gives_its_script(tmp_path):
+    config = tmp_path / "command.toml"
+    config.write_text('[objective]\ncommand = ["{python}", "train.py"]\n'
+                      'env = { OMP_NUM_THREADS = "64" }\n'
+                      '[space.x]\ntype = "float"\nlow = 0.0\nhigh = 1.0\n')
+    done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config)))
+    assert rows_of(done.stdout)["CPU threads"] == [WARN], done.stdout + done.stderr
+    assert "128 thread(s) in all (OMP_NUM_THREADS=64 (objective.env))" in flat(done.stdout)
+    config.write_text(config.read_text().replace('"64"', '"1"'))
+    done = run(mpirun_cmd(2, "-m", "atoll", "doctor", "--config", str(config)))
+    assert rows_of(done.stdout)["CPU threads"] == [OK], done.stdout + done.stderr
 
 
 def test_a_filesystem_without_locks_says_what_to_set():

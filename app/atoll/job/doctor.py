@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,14 +65,21 @@ def node_name(host: str) -> str:
     return os.environ.get("SLURMD_NODENAME") or host
 
 
-def cpu_view(rank: int, node: str, torch_present: bool) -> dict[str, Any]:
-    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or 1
+def cpu_view(rank: int, node: str, torch_present: bool,
+             command_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The rank's CPUs and threads; ``command_env``: a command objective's ``objective.env``,
+    whose OMP_NUM_THREADS (a number) sets the threads of its script, the rank's own being idle."""
+    omp = os.environ.get("OMP_NUM_THREADS", "unset")
+    threads = int(omp) if omp.isdigit() and int(omp) else 1
     if torch_present:
         import torch
 
         threads = torch.get_num_threads()
+    given = (command_env or {}).get("OMP_NUM_THREADS", "")
+    if given.isdigit() and int(given):
+        threads, omp = int(given), f"{given} (objective.env)"
     return {"rank": rank, "node": node, "cpus": sorted(os.sched_getaffinity(0)),
-            "threads": threads, "omp": os.environ.get("OMP_NUM_THREADS", "unset")}
+            "threads": threads, "omp": omp}
 
 
 def gpu_view(rank: int, node: str, place: NodePlace, backend: str,
@@ -189,8 +196,9 @@ def run_doctor(config: Config, run_dir: Path | None, comm: MPI.Comm) -> Report:
     layout, found = layout_rows(config, size)
     rows += found if rank == 0 else []
     place = node_place(comm)
-    cpus = comm.gather(_guarded("CPU threads", lambda: cpu_view(rank, node, torch_present)),
-                       root=0)
+    command_env = config.objective.env if config.objective.command else None
+    cpus = comm.gather(_guarded("CPU threads", lambda: cpu_view(rank, node, torch_present,
+                                                                command_env)), root=0)
     gpus = comm.gather(_guarded("GPUs", lambda: gpu_view(
         rank, node, place, config.distributed.backend, torch_present)), root=0)
     if rank == 0:
