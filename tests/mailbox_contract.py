@@ -19,13 +19,24 @@ CARRY_INDIVIDUALS = (Tag.MIGRANT, Tag.RESULT, Tag.STARTED)
 CARRY_COUNTS = tuple(sorted(COUNTED))
 
 
-class Inbox:
-    """What one leader received, in order, as plain JSON-able rows."""
+class HandlerFailed(Exception):
+    """What an :class:`Inbox` told to fail raises (as a message's handler may, in a job)."""
 
-    def __init__(self) -> None:
+
+class Inbox:
+    """What one leader received, in order, as plain JSON-able rows; with ``fail_every`` = N,
+    its handling of every Nth message raises :class:`HandlerFailed` once it kept the row."""
+
+    def __init__(self, fail_every: int = 0) -> None:
         self.got: list[list[Any]] = []
+        self.fail_every = fail_every
 
     def __call__(self, tag: Tag, source: int, payload: Any) -> None:
+        self._keep(tag, source, payload)
+        if self.fail_every and len(self.got) % self.fail_every == 0:
+            raise HandlerFailed(f"message {len(self.got)}")
+
+    def _keep(self, tag: Tag, source: int, payload: Any) -> None:
         if tag == Tag.DEACTIVATE:
             self.got.append([source, "deactivate", *payload])
         elif tag in COUNTED:
@@ -52,7 +63,10 @@ def send_burst(mailbox: Mailbox, me: int, others: Sequence[int], burst: int,
         if n % 7 == 0:
             mailbox.send_count(CARRY_COUNTS[n % 3], me * 1_000_000 + n, others)
         if n % 50 == 0:
-            mailbox.poll(inbox)
+            try:
+                mailbox.poll(inbox)
+            except HandlerFailed:
+                pass  # the messages after it are handled by the next poll
 
 
 def check_received(received: Sequence[Sequence[Sequence[Any]]], leaders: int,

@@ -44,15 +44,18 @@ def test_codec_round_trip_keeps_every_field(loss: float, status: Status) -> None
     assert back.origin is Origin.GA and back.status is status
 
 
-@pytest.mark.parametrize(("ranks", "late"), [(2, 0.0), (4, 0.0), (3, 1.0)])
+@pytest.mark.parametrize(("ranks", "late", "fail"), [(2, 0.0, 0), (4, 0.0, 0), (3, 1.0, 0),
+                                                   (3, 0.0, 7)])
 def test_bursts_arrive_complete_and_in_order_from_each_sender(tmp_path: Path, ranks: int,
-                                                              late: float) -> None:
+                                                              late: float, fail: int) -> None:
     """``late``: the last leader sends its burst that many seconds after the others began
-    to drain; they wait for it, and nothing it sends is lost."""
+    to drain; they wait for it, and nothing it sends is lost. ``fail``: the handling of every
+    such message raises during the burst (a handler's error, a signal in it): the messages
+    after it are handled by the next poll, and the drain's counts still meet."""
     burst = 400
     out = tmp_path / "got.json"
     done = run(mpirun_cmd(ranks, str(ROOT / "tests" / "mpi_programs" / "mailbox_checks.py"),
-                          str(out), str(burst), str(late)), timeout=120)
+                          str(out), str(burst), str(late), str(fail)), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     check_received(json.loads(out.read_text()), ranks, burst)
 

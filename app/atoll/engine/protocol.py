@@ -11,6 +11,7 @@ receiving until every one of them has arrived, so nothing is lost and nothing ha
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -150,6 +151,7 @@ class MpiMailbox:
                           for buf in self._buffers]
         self._posted = list(range(slots))
         self._posts = slots
+        self._arrived: deque[tuple[Tag, int, Any]] = deque()  # received, not yet handled
         if self._receives:
             MPI.Prequest.Startall(self._receives)
 
@@ -189,11 +191,15 @@ class MpiMailbox:
         millisecond, before a poll); the drain polls repeatedly.
         """
         count = 0
+        self._handle_arrived(handle)  # what an earlier poll's failing handler left
         while self._receives:
             statuses: list[Any] = []
             done = self._mpi.Request.Testsome(self._receives, statuses)
             if not done:
                 return count
+            # Every completed receive is read, posted again and counted before any is
+            # handled: a handler that raises (or a signal in one) leaves no receive idle
+            # and no message uncounted, so the drain's counts still meet.
             for k in sorted(range(len(done)), key=lambda k: self._posted[done[k]]):
                 slot, status = done[k], statuses[k]
                 source, tag = status.Get_source(), _TAGS[status.Get_tag()]
@@ -204,11 +210,16 @@ class MpiMailbox:
                 self._receives[slot].Start()
                 self._posted[slot], self._posts = self._posts, self._posts + 1
                 self.received[source] += 1
-                count += 1
-                handle(tag, source, payload)
+                self._arrived.append((tag, source, payload))
+            count += len(done)
+            self._handle_arrived(handle)
             if len(done) < len(self._receives):
                 return count
         return count
+
+    def _handle_arrived(self, handle: Handler) -> None:
+        while self._arrived:
+            handle(*self._arrived.popleft())
 
     def drain(self, handle: Handler, idle: Callable[[], None] = lambda: None) -> None:
         """Finish the exchange: receive everything peers sent us, and complete our sends.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from atoll.engine.topology import NodePlace
+from atoll.evaluation.alarm import alarm_held
 from atoll.evaluation.checkpointing import CheckpointCalls, Inherited, lineage_of
 from atoll.evaluation.meeting import Meeting
 from atoll.evaluation.metric_check import MetricCheck
@@ -269,7 +270,8 @@ class Context:
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
         if services.answer_partners is not None and self.is_leader:
-            services.answer_partners()
+            with alarm_held():  # the evaluation's timeout waits: never cut a message short
+                services.answer_partners()
         return stopping or self.judged
 
     def stop_requested(self) -> bool:
@@ -285,7 +287,8 @@ class Context:
             stopping = services.should_stop()
         self.interrupted |= stopping
         if services.answer_partners is not None and self.is_leader:
-            services.answer_partners()
+            with alarm_held():  # the evaluation's timeout waits: never cut a message short
+                services.answer_partners()
         return stopping
 
     @property
