@@ -208,19 +208,18 @@ class CommandObjective:
                     partner_deadline = min(partner_deadline, now + self.stop_grace)
                     failed = []  # not yet a failure
             self._raise_on_failure(watch.child, ctx.rank, ticks, failed)
-            if leader.exit_code == 0 and leader.result is not None:
-                if leader.waited:  # a partner's command still runs: it is stopped
-                    if ticks[ctx.rank].exit_code is None:
-                        log.warning("individual %d: the command of worker rank %d was still "
-                                    "running objective.stop_grace = %g s after the leader's "
-                                    "result line: stopped; the result counts",
-                                    ctx.individual_id, ctx.rank, self.stop_grace)
-                    return self._kept_result(watch, ctx, ticks, latest)
-                partner_deadline = min(partner_deadline, now + self.stop_grace)
-            if all(t.exit_code == 0 for t in ticks):
+            if all(t.exit_code == 0 for t in ticks) or leader.exit_code == 0 and leader.waited:
+                if ticks[ctx.rank].exit_code is None:  # still running after rank 0's ended
+                    log.warning("individual %d: the command of worker rank %d was still "
+                                "running objective.stop_grace = %g s after rank 0's had ended: "
+                                "stopped", ctx.individual_id, ctx.rank, self.stop_grace)
+                    watch.child.stop(self.stop_grace)
                 if self.inherits:  # children may start from its files once it completed
                     _mark(ctx, watch, latest)
                 return self._value(leader.result, last)
+            if leader.exit_code == 0:  # its value is in: the others get stop_grace to end
+                partner_deadline = min(partner_deadline, now + self.stop_grace)
+                continue  # no stop check: it would record a finished evaluation interrupted
             if ctx.stop_requested():  # between two lines: the script hears of it at once
                 watch.child.stop(self.stop_grace)
                 return self._stopped_value(watch.last_result(), last)
@@ -231,8 +230,7 @@ class CommandObjective:
         lost mid-training leaves a DDP leader no result to say, so a failure around a said
         result is a crash on the way out (torch's gloo teardown aborts a finished script now
         and then, on any rank). Every rank whose command failed says so in one line; a command
-        still running ``stop_grace`` seconds after a partner's failure or the leader's end is
-        stopped, and says so too."""
+        still running (the leader ``stop_grace`` seconds after a partner's failure) is stopped."""
         code = ticks[ctx.rank].exit_code
         if code not in (None, 0):
             log.warning("individual %d: the command of worker rank %d %s after the leader's "
