@@ -371,6 +371,9 @@ BASE = {"objective": {"command": ["{python}", "train.py", "--lr", "{lr}"]},
     (lambda t: t["space"].update(act={"type": "categorical", "choices": ["relu", "tanh"]})
      or t["objective"]["command"].append("--act={act:.3f}"),
      "objective.command[4]: {act:.3f} cannot format act = 'relu' (Unknown format code 'f'"),
+    (lambda t: t["space"].update(n={"type": "int", "low": -5, "high": 10})
+     or t["objective"]["command"].append("{n:c}"),
+     "objective.command[4]: {n:c} cannot format n = -5 (%c arg not in range"),
     (lambda t: t["objective"]["command"].append("{run_dir:>40}"),
      "objective.command[4]: {run_dir:>40} cannot format run_dir = PurePosixPath('/run')"),
     (lambda t: t["objective"].update(env={"A=B": "1"}),
@@ -596,9 +599,10 @@ def test_a_scripts_checkpoint_that_no_epoch_line_followed_is_kept_and_said_on_re
     said = [line for line in again.stderr.splitlines() if "cannot be continued" in line]
     assert len(said) == 1 and said[0].endswith(
         f"1 folder(s) of a command's own checkpoint ({paths.command_checkpoint_dir(0)}, for "
-        "one) belong to evaluations a killed job never recorded, and no 'ATOLL epoch=' line "
-        "came after the script saved them: they cannot be continued and stay as they are; "
-        "delete them if you do not need them"), again.stderr[-2000:]
+        "one) belong to evaluations a killed job never recorded, and whose parameters Atoll "
+        "had not saved (no 'ATOLL epoch=' line came after the script saved, or no room was "
+        "left for Atoll's checkpoint): they cannot be continued and stay as they are; delete "
+        "them if you do not need them"), again.stderr[-2000:]
     assert saved.exists()
     assert open_run(run_dir).individuals["status"].tolist() == [int(Status.OK)]
 
@@ -903,7 +907,9 @@ evaluations = 4
     ["env", "OMP_NUM_THREADS=1", "torchrun", "t.py"],
     ["sh", "-c", "exec torchrun --nproc-per-node 4 train.py --lr {lr}"],  # the README's line
     ["bash", "-lc", "cd /data && A=1 exec torchrun t.py; echo done"],
-    ["sh", "-c", "exec {python} -m torch.distributed.run t.py"]])
+    ["sh", "-c", "exec {python} -m torch.distributed.run t.py"],
+    ["/usr/bin/env", "-i", "-u", "X", "torchrun"], ["bash", "--norc", "-c", "torchrun t.py"],
+    ["bash", "-o", "pipefail", "-c", "torchrun t.py | tee log"]])
 def test_torchrun_is_known_however_it_is_started(command):
     assert starts_torchrun(command)
 
@@ -911,7 +917,8 @@ def test_torchrun_is_known_however_it_is_started(command):
 @pytest.mark.parametrize("command", [
     ["{python}", "train.py"], ["python", "-m", "train", "torch.distributed.run"],
     ["sh", "-c", "echo torchrun"], ["sh", "-c", "python train.py --launcher torchrun"],
-    ["sh", "torchrun.sh"], ["sh", "-c", "unbalanced 'quote torchrun"]])
+    ["sh", "torchrun.sh"], ["sh", "-c", "unbalanced 'quote torchrun"],
+    ["bash", "--rcfile", "torchrun", "-c", "python t.py"], ["env", "python", "t.py"]])
 def test_a_script_is_not_torchrun(command):
     assert not starts_torchrun(command)
 

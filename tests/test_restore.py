@@ -85,6 +85,13 @@ def test_a_pbt_island_keeps_its_own_lineages_as_its_own():
                                                         lineages=True)} == {0: 0, 1: 0}
     assert {i.id: i.version for i in restore_population(ind, copied, SPACE, merged, 0)} == \
         {0: 2, 1: 0}
+    # A GA island moved 0 back home (version 2): it keeps its version, so that a later job's
+    # move of it numbers on and the replay ends where it is.
+    moved = migrations([(0, 1, "pollination", 0, 1), (0, 2, "migration", 1, 0)])
+    assert {i.id: i.version for i in restore_population(ind, moved, SPACE, apart, 0,
+                                                        lineages=True)} == {0: 2}
+    assert {i.id: i.version for i in restore_population(ind, moved, SPACE, apart, 1,
+                                                        lineages=True)} == {1: 0}
 
 
 def test_a_pbt_islands_members_are_dealt_out_to_its_workers_in_turn():

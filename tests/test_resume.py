@@ -301,8 +301,8 @@ def test_a_job_killed_before_it_made_its_worker_files_is_said_as_such(tmp_path):
     layout = json.loads(open_run(run_dir).jobs["layout"][0])
     begin_job(paths, layout=layout, hosts=["here"], versions={}, slurm={}, start=time.time())
     line = ("job(s) 1 never ended and have none of their worker files: killed before they made "
-            "them, they recorded nothing (if their files were moved away, restore them to "
-            f"{paths.workers_dir})")
+            "them, they recorded nothing (or starting now; if their files were moved away, "
+            f"restore them to {paths.workers_dir})")
     shown = run(atoll_cmd("inspect", str(run_dir)))
     assert shown.returncode == 0 and f"Warning: {line}" in shown.stdout, shown.stdout
     assert "backup" not in shown.stdout

@@ -99,7 +99,7 @@ def _check_formats(text: str, key: str, samples: Mapping[str, tuple[Any, ...]]) 
         for value in samples[name]:
             try:
                 formatter.format_field(formatter.convert_field(value, conversion), spec)
-            except (ValueError, TypeError) as err:
+            except (ValueError, TypeError, ArithmeticError) as err:  # {n:c} of -5: overflow
                 field = "{" + name + (f"!{conversion}" if conversion else "") + \
                     (f":{spec}" if spec else "") + "}"
                 raise ConfigError(f"{key}: {field} cannot format {name} = {value!r} ({err}); "

@@ -70,7 +70,9 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
     ``lineages`` (a PBT island, which copies its emigrants): every individual evaluated on an
     old island that maps here is this island's own (version 0), though copies of it came back
     (a copy of a copy) or came from another old island mapped here. As a copy it would be no
-    PBT member, and the member it had replaced would come back to life."""
+    PBT member, and the member it had replaced would come back to life. Only copies: one that
+    an island of another strategy moved keeps its place and version (a later job's versions
+    of it must count on, or the replay of its moves would end elsewhere)."""
     ok = individuals[individuals["status"] == int(Status.OK)]
     homes = moved_islands(migrations)
     moved_ids = np.fromiter(homes, dtype=np.int64, count=len(homes))
@@ -83,8 +85,11 @@ def restore_population(individuals: np.ndarray, migrations: np.ndarray, space: S
             versions[ident] = max(here)
     mask |= np.isin(ok["id"], np.fromiter(versions, dtype=np.int64, count=len(versions)))
     if lineages:
-        mask |= own
-        versions.update(dict.fromkeys(ok["id"][own].tolist(), 0))
+        moved = migrations["individual"][migrations["mode"] == _enum_value(
+            migrations.dtype["mode"], "migration")] if len(migrations) else []
+        copied_only = own & ~np.isin(ok["id"], moved)
+        mask |= copied_only
+        versions.update(dict.fromkeys(ok["id"][copied_only].tolist(), 0))
     rows = ok[mask]
     rows = rows[np.lexsort((rows["id"], rows["loss"]))]  # best first: cheap ranked inserts
     workers = layout.workers_on_island(island)

@@ -387,9 +387,11 @@ def _say_orphaned_scripts(paths: record.RunPaths, recorded: set[int]) -> None:
                      if ident not in recorded and ident not in kept and holds_files(path))
     if orphans:
         log.warning("%d folder(s) of a command's own checkpoint (%s, for one) belong to "
-                    "evaluations a killed job never recorded, and no 'ATOLL epoch=' line came "
-                    "after the script saved them: they cannot be continued and stay as they "
-                    "are; delete them if you do not need them", len(orphans), orphans[0])
+                    "evaluations a killed job never recorded, and whose parameters Atoll had "
+                    "not saved (no 'ATOLL epoch=' line came after the script saved, or no "
+                    "room was left for Atoll's checkpoint): they cannot be continued and stay "
+                    "as they are; delete them if you do not need them", len(orphans),
+                    orphans[0])
 
 
 def _hostname() -> str:

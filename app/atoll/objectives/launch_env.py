@@ -102,6 +102,8 @@ _SHELL_OPERATORS = set(";&|()")
 _PREFIXES = ("env", "exec", "nohup", "command")
 """Words that run the command after them (``exec torchrun ...``, ``env A=1 torchrun ...``)."""
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_ARGUMENTS = ("-u", "--unset", "-C", "--chdir", "-S", "--split-string")
+"""env's options that take the next word."""
 
 
 def starts_torchrun(command: Sequence[str]) -> bool:
@@ -110,8 +112,10 @@ def starts_torchrun(command: Sequence[str]) -> bool:
     ``env A=1`` or in any simple command of a shell's ``-c`` script (``sh -c "cd d && exec
     torchrun ..."``)."""
     words = list(command)
-    while words and (words[0] in _PREFIXES or _ASSIGNMENT.match(words[0])):
-        words.pop(0)
+    while words and (Path(words[0]).name in _PREFIXES or _ASSIGNMENT.match(words[0])):
+        if Path(words.pop(0)).name == "env":
+            while words and words[0].startswith("-"):  # env's own options
+                words = words[2:] if words[0] in _ENV_ARGUMENTS else words[1:]
     if not words:
         return False
     if Path(words[0]).name in SHELLS:
@@ -126,7 +130,16 @@ def starts_torchrun(command: Sequence[str]) -> bool:
 def _shell_script(arguments: Sequence[str]) -> list[list[str]] | None:
     """The simple commands of a shell's ``-c`` script (split at ``;``, ``&&``, ``|``, ...),
     or None when the shell runs a file or the script does not parse."""
+    skip = False
     for i, word in enumerate(arguments):
+        if skip:  # the argument of -o, +O, --rcfile ...
+            skip = False
+            continue
+        if word in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            skip = True
+            continue
+        if word.startswith("--") or word.startswith("+"):
+            continue  # a long option (--norc, --login) or one turned off
         if not word.startswith("-"):
             return None
         if "c" in word[1:] and i + 1 < len(arguments):

@@ -200,8 +200,9 @@ def missing_workers(paths: RunPaths, jobs: np.ndarray) -> str:
                     "restore them from a backup")
     if unmade:
         said.append(f"job(s) {', '.join(map(str, unmade))} never ended and have none of their "
-                    "worker files: killed before they made them, they recorded nothing (if "
-                    f"their files were moved away, restore them to {paths.workers_dir})")
+                    "worker files: killed before they made them, they recorded nothing (or "
+                    "starting now; if their files were moved away, restore them to "
+                    f"{paths.workers_dir})")
     return "; ".join(said)
 
 
