@@ -269,9 +269,7 @@ class Context:
             services.record_epoch(self.individual_id, epoch, time.time(), values)
         if services.metric_check is not None and self.is_leader:
             services.metric_check.saw(values)
-        if services.answer_partners is not None and self.is_leader:
-            with alarm_held():  # the evaluation's timeout waits: never cut a message short
-                services.answer_partners()
+        self._answer_partners()
         return stopping or self.judged
 
     def stop_requested(self) -> bool:
@@ -286,10 +284,15 @@ class Context:
         with services.together("ctx.stop_requested()"):
             stopping = services.should_stop()
         self.interrupted |= stopping
-        if services.answer_partners is not None and self.is_leader:
-            with alarm_held():  # the evaluation's timeout waits: never cut a message short
-                services.answer_partners()
+        self._answer_partners()
         return stopping
+
+    def _answer_partners(self) -> None:
+        """On the leader: its island loop answers what its partners asked meanwhile."""
+        answer = self._services.answer_partners
+        if answer is not None and self.is_leader:
+            with alarm_held():  # the evaluation's timeout waits: never cut a message short
+                answer()
 
     @property
     def judged(self) -> bool:
