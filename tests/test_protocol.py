@@ -72,3 +72,14 @@ def test_the_memory_mailbox_keeps_the_same_contract(leaders: int) -> None:
     for me in range(leaders):
         post.mailbox(me).drain(inboxes[me])
     check_received([inbox.got for inbox in inboxes], leaders, burst)
+
+
+def test_one_poll_after_a_quiet_spell_sees_what_arrived_during_it(tmp_path: Path) -> None:
+    """Open MPI completes a receive only inside an MPI call, and Testsome makes that call
+    only after it found nothing: a leader back from a long evaluation (no MPI call meanwhile)
+    must still see, in its one poll before the next step, the ask that came during it."""
+    out = tmp_path / "got.json"
+    done = run(mpirun_cmd(2, str(ROOT / "tests" / "mpi_programs" / "quiet_poll.py"), str(out),
+                          "0.3"), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text()) == {"first_poll": 1, "all": 1}

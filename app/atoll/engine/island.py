@@ -196,11 +196,9 @@ class IslandLoop:
         A paused evaluation spends none of it: it spends one when its last part ends."""
         steps = 0
         self.sharing.begin(budget)
-        # The stop check's probe (at most every millisecond) also lets MPI progress the
-        # messages that arrived meanwhile, so that the poll right after it sees them complete.
-        while self.sharing.go_on():
+        while self.sharing.go_on():  # it took in what arrived: the step polls no more
             self.sharing.evaluating = True  # from here on, one of the share is this step's
-            self.sharing.done += self.step(steps).status != Status.PAUSED
+            self.sharing.done += self._cycle(steps).status != Status.PAUSED
             self.sharing.evaluating = False
             steps += 1
         self.sharing.end()
@@ -219,6 +217,11 @@ class IslandLoop:
         several loops in one process in a schedule of its choosing
         (benchmarks/sequential_side.py)."""
         self.take_in()
+        return self._cycle(generation)
+
+    def _cycle(self, generation: int) -> Individual:
+        """A step after its poll: one poll per evaluation, as a poll costs more than breeding
+        on a node with more ranks than cores."""
         ind = self._breed(generation)
         if self.hear_started is not None and self.peers:
             self.mailbox.send_individual(Tag.STARTED, ind, self.peers)

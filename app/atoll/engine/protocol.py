@@ -11,6 +11,7 @@ receiving until every one of them has arrived, so nothing is lost and nothing ha
 from __future__ import annotations
 
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
@@ -59,6 +60,7 @@ CURVE_POINTS = 32
 """Points per curve message: a longer curve travels in parts, each learned as it arrives."""
 _CURVE_SIZE = _CURVE_HEAD.size + CURVE_POINTS * _POINT.size
 RECEIVE_SLOTS = 64  # receives kept posted per leader (at most one per other leader)
+QUIET_SECONDS = 1e-3  # a poll this long after the last one looks twice if it finds nothing
 
 
 class Codec:
@@ -152,6 +154,7 @@ class MpiMailbox:
         self._posted = list(range(slots))
         self._posts = slots
         self._arrived: deque[tuple[Tag, int, Any]] = deque()  # received, not yet handled
+        self._polled = time.monotonic()  # when the last poll ended
         if self._receives:
             MPI.Prequest.Startall(self._receives)
 
@@ -186,17 +189,21 @@ class MpiMailbox:
         """Handle every message whose receive has completed; returns how many.
 
         Open MPI moves messages along inside any MPI call, but Testsome does so only after it
-        found nothing complete, so a message is seen here once some MPI call ran since it
-        arrived: the previous poll, a send, or the stop check's probe (at most every
-        millisecond, before a poll); the drain polls repeatedly.
+        found nothing complete, so what arrived since the last MPI call completes only in
+        the next one. After a quiet spell (a long evaluation, a descheduled rank) a poll that
+        finds nothing therefore looks once more; polls in quick succession look once.
         """
         count = 0
         self._handle_arrived(handle)  # what an earlier poll's failing handler left
+        quiet = time.monotonic() - self._polled > QUIET_SECONDS
         while self._receives:
             statuses: list[Any] = []
             done = self._mpi.Request.Testsome(self._receives, statuses)
+            if not done and quiet:
+                quiet = False  # that call only moved messages along
+                done = self._mpi.Request.Testsome(self._receives, statuses)
             if not done:
-                return count
+                break
             # Every completed receive is read, posted again and counted before any is
             # handled: a handler that raises (or a signal in one) leaves no receive idle
             # and no message uncounted, so the drain's counts still meet.
@@ -214,7 +221,8 @@ class MpiMailbox:
             count += len(done)
             self._handle_arrived(handle)
             if len(done) < len(self._receives):
-                return count
+                break
+        self._polled = time.monotonic()
         return count
 
     def _handle_arrived(self, handle: Handler) -> None:

@@ -48,16 +48,12 @@ class Sharing:
 
     def go_on(self) -> bool:
         """Whether to begin another evaluation: some of the share is left, or a partner gave
-        some; False once the job is asked to stop. Asks that came during the evaluation just
-        ended are answered first, while none of the share is reserved for the next one."""
+        some; False once the job is asked to stop. What arrived meanwhile is taken in first
+        (the loop's one poll per step), so asks that came during the evaluation just ended
+        are answered while none of the share is reserved for the next one."""
         budget = self.budget
         assert budget is not None, "begin() first"
-        if self.peers:  # partners may have asked: answer before the next step reserves one
-            # Open MPI moves messages along in a poll only when it finds none complete, so what
-            # came during a long evaluation may show only in the next poll.
-            self.take_in()
-            while self.take_in():
-                pass
+        self.take_in()
         if self.done < budget.evaluations:
             return not budget.stop_requested()
         return self._given_more(budget)

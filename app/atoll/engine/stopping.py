@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 DISK_FULL = "disk full"
 _NOTICE_TAG = 75
 WALL_TIME = "wall time"
-PROBE_INTERVAL = 1e-3
+PROBE_INTERVAL = 1e-2
 """Seconds between probes for another rank's notice. A probe that finds nothing makes Open
 MPI yield the core when ranks outnumber cores, a context switch that costs more than a fast
-evaluation's bookkeeping; a millisecond more before a stop is noticed costs nothing."""
+evaluation's bookkeeping; a hundredth of a second more before a stop is noticed costs
+nothing."""
 
 
 class StopFlag:
