@@ -204,7 +204,43 @@ def test_pbt_trains_no_member_again_while_its_child_is_paused():
     assert replaced_member(other) == 2
     child.status = Status.OK
     pbt.tell(child)
-    assert sorted(pbt.members) == [2, 3] and pbt.busy == set()
+    assert sorted(pbt.members) == [2, 3] and pbt.busy == {2}  # the other child still trains
+
+
+def test_a_pbt_worker_whose_members_all_wait_trains_a_partners_member_its_owner_then_skips():
+    """Under ``asha`` a worker's own members can all have children paused at a rung. It
+    then trains a partner's free member on, and the partner, told that child began, leaves
+    that member alone: no member is ever replaced by two children (which would grow the
+    population by one each time). With no member free anywhere, a new one starts."""
+    from atoll.individual import Origin, replaced_member
+
+    workers = [PBT(SPACE, 4, worker) for worker in (0, 1)]
+    for pbt in workers:
+        for ident, loss in ((1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)):
+            pbt.tell(Individual(ident, {"x": loss}, status=Status.OK, loss=loss,
+                                owner=(ident + 1) % 2, worker=(ident + 1) % 2))
+    first, second = workers
+    for ident in (10, 11):  # worker 0's members 1 and 3: both children pause at a rung
+        child = first.ask([], random.Random(ident), ident)
+        assert replaced_member(child) in (1, 3)
+        second.started(child)
+        child.status, child.loss = Status.PAUSED, 0.5
+        for pbt in workers:
+            pbt.tell(child)
+    taken = first.ask([], random.Random(0), 12)
+    assert replaced_member(taken) == 2  # worker 1's, waiting longest
+    second.started(taken)
+    own = second.ask([], random.Random(0), 13)
+    assert replaced_member(own) == 4  # not 2, which worker 0 trains now
+    first.started(own)
+    fresh = first.ask([], random.Random(0), 14)  # 1 and 3 wait, 2 and 4 train
+    assert fresh.origin == Origin.RANDOM and replaced_member(fresh) == -1
+    for done in (taken, own):
+        done.status, done.loss = Status.OK, 0.05
+        for pbt in workers:
+            pbt.tell(done)
+    assert all(sorted(pbt.members) == [1, 3, 12, 13] for pbt in workers)
+    assert all(pbt.busy == {1, 3} for pbt in workers)
 
 
 def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):

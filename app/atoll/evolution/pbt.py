@@ -12,7 +12,10 @@ evaluation before it. When a worker's member finished a segment, the worker asks
   ``resample``, drawn anew from the space;
 - otherwise the member trains on with its own parameters from its own checkpoint.
 
-Until the island has ``population_size`` members, new ones start at random. A child's parents
+Until the island has ``population_size`` members, new ones start at random, and so does one
+whenever every member waits at a rung (``asha``) or trains on another worker: partners hear
+what each other began (:meth:`PBT.started`), so no two children replace one member. A child's
+parents
 are (source, replaced member) when it copied another member and (member, none) when it trained
 its member on (:func:`atoll.individual.replaced_member`); the members are the island's own
 results no later result replaced, learned only from :meth:`PBT.tell`.
@@ -76,7 +79,7 @@ class PBT:
         self.fixed = tuple(fixed)
         self.keep = keep
         self.members: dict[int, Individual] = {}
-        self.busy: set[int] = set()  # members whose child is paused at a rung (asha)
+        self.busy: set[int] = set()  # members whose child trains or is paused at a rung
 
     def __repr__(self) -> str:
         return (f"PBT(population_size={self.population_size}, worker={self.worker}, "
@@ -86,11 +89,17 @@ class PBT:
         if len(self.members) < self.population_size:
             return Individual(id=ident, params=self.space.sample(rng), origin=Origin.RANDOM)
         order = sorted(self.members.values(), key=_rank)
-        free = [m for m in order if m.id not in self.busy] or order  # all busy: one again
+        free = [m for m in order if m.id not in self.busy]
+        if not free:  # every member waits at a rung or trains elsewhere: two children must
+            # never replace one member, so a new one starts, as successive halving starts a
+            # new candidate when it can promote none
+            return Individual(id=ident, params=self.space.sample(rng), origin=Origin.RANDOM)
         # A member is its owner's: the worker that evaluated it in this job, the one the
-        # restore gave it to in a resumed one (whose layout may have other workers).
+        # restore gave it to in a resumed one (whose layout may have other workers). One whose
+        # own all wait trains a partner's free member; partners hear it began (started).
         mine = [m for m in free if m.owner == self.worker] or free
         member = min(mine, key=lambda m: m.id)  # the one waiting longest
+        self.busy.add(member.id)  # until the child's result comes back
         cut = max(1, math.floor(self.settings.fraction * len(order)))
         if order.index(member) < len(order) - cut and member.usable:
             return Individual(id=ident, params=dict(member.params), origin=Origin.PBT,
@@ -103,6 +112,12 @@ class PBT:
                                                    self.settings, self.fixed),
                           origin=Origin.PBT, parents=(source.id, member.id),
                           inherit_from=source.id)
+
+    def started(self, candidate: Individual) -> None:
+        """A partner began ``candidate``: the member it replaces is busy until its result."""
+        replaced = replaced_member(candidate)
+        if replaced != NO_PARENT:
+            self.busy.add(replaced)
 
     def tell(self, result: Individual) -> None:
         if is_copy(result):  # no member here

@@ -36,6 +36,7 @@ from atoll.evaluation.call import Objective
 from atoll.evaluation.evaluator import WorkerEvaluator
 from atoll.evolution.default import island_strategy
 from atoll.evolution.distinct import Distinct
+from atoll.evolution.pbt import PBT
 from atoll.evolution.strategy import ContinueFirst, PromoteFirst, Strategy
 from atoll.individual import FINISHED, Individual, Status
 from atoll.job.ending import exit_code_said, finish_job, refuse_if_taken_over, results_now
@@ -319,13 +320,14 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
               ) -> tuple[Strategy, Callable[[Individual], None] | None]:
     """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
     the island's paused individuals, then the island's breeding, which breeds again rather
-    than repeat an evaluated candidate unless children inherit weights; and where it may
-    repeat one a partner is evaluating (a space with ints or choices), what hears those."""
+    than repeat an evaluated candidate unless children inherit weights; and what hears the
+    candidates partners begin, where it could repeat one (a space with ints or choices) or
+    (PBT) train a member on that a partner trains already."""
     strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
                                          config.inherit, config.pbt, topo.worker,
                                          partial=config.pruning.rungs)
-    hear_started = None
+    hear_started = strategy.started if isinstance(strategy, PBT) else None  # its members
     if not config.inherits:
         strategy = Distinct(strategy, topo.worker)
         if any(not isinstance(param, FloatParam) for param in config.space.params):
