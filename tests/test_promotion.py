@@ -517,8 +517,14 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     assert np.count_nonzero(np.isin(later["status"], FINISHED)) == 24
     assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
     assert np.count_nonzero(later["id"] == gone) == parts_of_gone  # job 1 never ran it
-    assert "continuing 1 interrupted evaluation(s) under their ids: " + str(cut) in "".join(
-        p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
+    said = re.findall(r"continuing (\d+) interrupted evaluation\(s\) under their ids, dealt "
+                      r"out to the workers in turn: ([\d, ]+)\n", logs)
+    shares = [int(i) for line in re.findall(r"this worker continues ([\d, ]+)\n", logs)
+              for i in line.split(", ")]
+    assert len(said) == 1 and cut in shares  # the total once (worker 0), each share apart
+    assert sorted(int(i) for i in said[0][1].split(", ")) == sorted(shares)
+    assert int(said[0][0]) == len(shares)
     # inspect counts it apart from the paused individuals a resume can still promote.
     still = np.count_nonzero(open_run(run_dir).individuals["status"] == int(Status.PAUSED)) - 1
     shown = run(atoll_cmd("inspect", str(run_dir)))

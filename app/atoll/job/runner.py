@@ -49,7 +49,7 @@ from atoll.job.plan import (
     share,
 )
 from atoll.job.preflight import check_torchrun_layout, preflight
-from atoll.logs import rank_log
+from atoll.logs import FILE_ONLY, rank_log
 from atoll.objectives.loader import objective_of
 from atoll.record import full, holds, promotion
 from atoll.record.checkpoints import (
@@ -361,11 +361,17 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(recorded)}
     cut = promotion.held(paths)
-    waiting = to_continue(to_resume(individuals, cut), plan.config.space, topo.layout.workers,
-                          topo.worker, unrecorded)
+    resumable = to_resume(individuals, cut)
+    waiting = to_continue(resumable, plan.config.space, topo.layout.workers, topo.worker,
+                          unrecorded)
+    if topo.worker == 0:  # the console shows rank 0's lines: it says them all
+        every = to_continue(resumable, plan.config.space, 1, 0, unrecorded)
+        if every:
+            log.info("continuing %d interrupted evaluation(s) under their ids, dealt out to "
+                     "the workers in turn: %s", len(every), ", ".join(str(i.id) for i in every))
     if waiting:
-        log.info("continuing %d interrupted evaluation(s) under their ids: %s", len(waiting),
-                 ", ".join(str(i.id) for i in waiting))
+        log.info("this worker continues %s", ", ".join(str(i.id) for i in waiting),
+                 extra=FILE_ONLY)
     waiting_at_rungs = paused_rows(individuals, cut)
     kept = set(paths.checkpoint_files()) if len(waiting_at_rungs) else set()
     lost = without_checkpoint(waiting_at_rungs, kept)
