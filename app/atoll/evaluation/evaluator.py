@@ -87,7 +87,7 @@ class WorkerEvaluator:
             ind.loss = -ind.loss
         if self.services.meeting is not None:
             self.services.meeting.end()
-            self._agree_on_failure(ind, quiet=ctx.interrupted, offered=ctx.offered)
+            self._agree_after_evaluation(ind, quiet=ctx.interrupted, offered=ctx.offered)
         ind.finished = time.time()
         lineage = ctx.inherited  # what its training actually started from
         ind.inherit_from = NO_PARENT if lineage is None else lineage.individual
@@ -116,9 +116,10 @@ class WorkerEvaluator:
                         "ctx.save_checkpoint(state, epoch) at each epoch and continue from "
                         "ctx.load_checkpoint()", ind.id, epoch)
 
-    def _agree_on_failure(self, ind: Individual, quiet: bool = False,
-                          offered: bool = False) -> None:
-        """If any rank of the worker failed, the individual failed on every rank.
+    def _agree_after_evaluation(self, ind: Individual, quiet: bool = False,
+                                offered: bool = False) -> None:
+        """The worker's ranks compare how the evaluation went, in one allgather: if any rank
+        failed, the individual failed on every rank; weights offered off rank 0 are said lost.
 
         Every failing rank's error is recorded (a partner that waited in a collective fails by
         timeout too). The process group may be out of step then: it is rebuilt on next use.
