@@ -233,7 +233,7 @@ def test_interrupted_inheriting_evaluations_continue_with_their_lineage():
             rows[n][name] = value
     unrecorded = {9: {"params": START, "origin": int(Origin.GA), "parents": [3, 4],
                       "inherit_from": 4, "inherit_epoch": 2}}
-    waiting = to_continue(rows, SPACE, 1, 0, unrecorded)
+    waiting = to_continue(rows, SPACE, unrecorded)
     assert [(i.id, i.inherit_from, i.inherit_epoch, i.origin) for i in waiting] == [
         (7, 3, 5, Origin.PBT), (9, 4, 2, Origin.GA)]
 
@@ -360,11 +360,12 @@ def pbt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def members(rows: dict[int, dict[str, Any]]) -> set[int]:
-    replaced = set()
-    for row in rows.values():
-        if row["origin"] == int(Origin.PBT):
-            replaced.add(row["parent_b"] if row["parent_b"] != NO_PARENT else row["parent_a"])
-    return set(rows) - replaced
+    """PBT's members: the individuals no PBT child replaced. None may be replaced twice (two
+    children of one member at once would make two lineages of one, and grow the population)."""
+    replaced = [row["parent_b"] if row["parent_b"] != NO_PARENT else row["parent_a"]
+                for row in rows.values() if row["origin"] == int(Origin.PBT)]
+    assert len(replaced) == len(set(replaced)), sorted(replaced)
+    return set(rows) - set(replaced)
 
 
 @pytest.mark.slow  # digits training under mpirun
@@ -469,6 +470,7 @@ def test_pbt_islands_keep_their_own_members_while_copies_come_and_go(tmp_path, s
     assert done.returncode == 0, done.stderr[-4000:]
     assert "not kept" not in done.stderr, done.stderr[-4000:]
     after, _ = table(tmp_path / "run")
+    members(after)  # no member replaced twice on the one island
     new = {i: r for i, r in after.items() if i not in rows}
     replaced = {r["parent_b"] if r["parent_b"] != NO_PARENT else r["parent_a"]
                 for r in new.values() if r["origin"] == int(Origin.PBT)}

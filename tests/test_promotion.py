@@ -243,6 +243,36 @@ def test_a_pbt_worker_whose_members_all_wait_trains_a_partners_member_its_owner_
     assert all(pbt.busy == {1, 3} for pbt in workers)
 
 
+def test_a_resumed_pbt_worker_leaves_alone_the_member_an_interrupted_child_replaces(tmp_path):
+    """A resume deals the interrupted evaluations out in turn and the members in turn, each
+    without the other: worker 1 may own the member whose interrupted child worker 0 continues.
+    No message could warn it before it breeds its first, so every worker's PBT knows from the
+    start which members the continued children replace."""
+    from mpi4py import MPI
+
+    from atoll.engine.topology import Topology, plan_layout
+    from atoll.individual import Origin, replaced_member
+    from atoll.job.runner import _strategy
+
+    config = parse_config({"objective": {"name": "sphere"}, "space": {
+        "x": {"type": "float", "low": 0.0, "high": 1.0}}, "evolution": {
+        "strategy": "pbt", "population_size": 2}})
+    layout = plan_layout(2, 1, 1)
+    child = Individual(7, {"x": 0.3}, status=Status.INTERRUPTED, origin=Origin.PBT,
+                       parents=(2, -1), inherit_from=2, worker=0, owner=0)
+    chosen = {}
+    for worker in (0, 1):
+        topo = Topology(layout, MPI.COMM_SELF, MPI.COMM_SELF, MPI.COMM_SELF, worker, 0)
+        strategy, hears = _strategy(config, RunPaths(tmp_path), topo, None, [child], [])
+        assert hears is not None
+        for ident, loss in ((2, 0.1), (3, 0.2)):  # both members are worker 1's
+            strategy.tell(Individual(ident, {"x": loss}, status=Status.OK, loss=loss,
+                                     worker=1, owner=1))
+        chosen[worker] = strategy.ask([], random.Random(0), 10 + worker)
+    assert isinstance(chosen[0], Continue) and chosen[0].individual.id == 7  # worker 0's share
+    assert replaced_member(chosen[1]) == 3  # not member 2, which that child replaces
+
+
 def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):
     """The checkpoints a PBT island keeps follow PBT's members: a child paused at a rung does
     not yet replace the member it trained on, which PBT may still hand out or copy."""

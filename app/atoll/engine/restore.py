@@ -113,13 +113,12 @@ def pbt_members(individuals: list[Individual]) -> list[Individual]:
     return [ind for ind in own if ind.id not in replaced]
 
 
-def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int,
+def to_continue(individuals: np.ndarray, space: Space,
                 unrecorded: Mapping[int, Mapping[str, Any]] | None = None) -> list[Individual]:
-    """This worker's share of the evaluations that were interrupted and never completed since:
-    round robin in order of id over the job's workers (so no worker gets more of them than its
-    share of the budget), each to be continued under its id. An interrupted one is taken as its
-    last part was recorded; ``unrecorded`` adds those a killed job left only a checkpoint of
-    (id: the individual as the checkpoint keeps it)."""
+    """The evaluations that were interrupted and never completed since, in order of id, each
+    to be continued under its id (the runner deals them out to the job's workers). An
+    interrupted one is taken as its last part was recorded; ``unrecorded`` adds those a killed
+    job left only a checkpoint of (id: the individual as the checkpoint keeps it)."""
     status = individuals["status"]
     completed = individuals["id"][np.isin(status, FINISHED)]
     rows = individuals[(status == int(Status.INTERRUPTED)) & ~np.isin(individuals["id"],
@@ -129,7 +128,7 @@ def to_continue(individuals: np.ndarray, space: Space, workers: int, worker: int
         params = {name: kept["params"].get(name) for name in space.names}
         if space.contains(params):
             waiting[ident] = from_about(ident, kept, params)
-    return [waiting[ident] for ident in sorted(waiting)[worker::workers]]
+    return [waiting[ident] for ident in sorted(waiting)]
 
 
 def recorded(rows: np.ndarray, space: Space) -> list[Individual]:

@@ -229,7 +229,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     # Every rank reads a checkpoint; the leader alone writes and discards them.
     checkpoints = CheckpointStore(paths, plan.run_id, config.record.checkpoint_limit_mb)
     # Read earlier jobs before this job's files exist, so no file is open twice in a process.
-    population, waiting, paused, succeeded = on_all(
+    population, interrupted, paused, succeeded = on_all(
         topo.world, lambda: _restored(plan, paths, topo, checkpoints) if topo.is_leader
         else (None, [], [], False))
     pruning = WorkerScheduling.for_job(plan, paths, topo) if config.pruning.active else None
@@ -274,7 +274,7 @@ def _prepare_worker(plan: JobPlan, paths: record.RunPaths, topo: Topology,
 
     population = population if population is not None else Population()
     retention = _retention(config, checkpoints, population, job, topo, log_file)
-    strategy, hear_started = _strategy(config, paths, topo, pruning, waiting, paused)
+    strategy, hear_started = _strategy(config, paths, topo, pruning, interrupted, paused)
     loop = IslandLoop(
         layout=topo.layout, worker=topo.worker, mailbox=MpiMailbox(topo.leaders, codec),
         strategy=strategy, evaluate=hand_out_and_evaluate, recorder=log_file,
@@ -315,19 +315,23 @@ def _retention(config: Config, checkpoints: CheckpointStore, population: Populat
 
 
 def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
-              pruning: WorkerScheduling | None, waiting: Sequence[Individual],
+              pruning: WorkerScheduling | None, interrupted: Sequence[Individual],
               paused: Sequence[Individual]
               ) -> tuple[Strategy, Callable[[Individual], None] | None]:
-    """The leader's strategy: interrupted evaluations first, then (``asha``) promotions of
-    the island's paused individuals, then the island's breeding, which breeds again rather
-    than repeat an evaluated candidate unless children inherit weights; and what hears the
-    candidates partners begin, where it could repeat one (a space with ints or choices) or
-    (PBT) train a member on that a partner trains already."""
+    """The leader's strategy: its share of the ``interrupted`` evaluations first, then
+    (``asha``) promotions of the island's paused individuals, then the island's breeding,
+    which breeds again rather than repeat an evaluated candidate unless children inherit
+    weights; and what hears the candidates partners begin, where it could repeat one (a space
+    with ints or choices) or (PBT) train a member on that a partner trains already."""
     strategy: Strategy = island_strategy(config.space, topo.island,
                                          len(topo.island_workers), config.evolution,
                                          config.inherit, config.pbt, topo.worker,
                                          partial=config.pruning.rungs)
-    hear_started = strategy.started if isinstance(strategy, PBT) else None  # its members
+    hear_started = None
+    if isinstance(strategy, PBT):
+        hear_started = strategy.started  # its members: none is trained on twice at once
+        for ind in interrupted:  # continued from the start, by whichever worker: no message
+            strategy.started(ind)  # could come before every partner bred its first
     if not config.inherits:
         strategy = Distinct(strategy, topo.worker)
         if any(not isinstance(param, FloatParam) for param in config.space.params):
@@ -335,14 +339,22 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
     if pruning is not None and pruning.rungs is not None:
         strategy = PromoteFirst(strategy, pruning.rungs,
                                 lambda ident, epoch: promotion.claim(paths, ident, epoch), paused)
+    waiting = dealt(interrupted, topo)
     return (ContinueFirst(strategy, waiting) if waiting else strategy), hear_started
+
+
+def dealt(interrupted: Sequence[Individual], topo: Topology) -> list[Individual]:
+    """This worker's share of the interrupted evaluations: in turn over the job's workers, in
+    order of id, so that no worker gets more of them than its share of the budget."""
+    return list(interrupted[topo.worker::topo.layout.workers])
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
               checkpoints: CheckpointStore
               ) -> tuple[Population | None, list[Individual], list[Individual], bool]:
-    """The island's population, the interrupted evaluations this worker continues, the
-    island's paused individuals, and whether any evaluation of the run succeeded."""
+    """The island's population, the run's interrupted evaluations (every worker's, in order
+    of id), the island's paused individuals, and whether any evaluation of the run
+    succeeded."""
     if not plan.resumed:
         return None, [], [], False
     individuals, migrations = record.read_history(paths.run_dir, plan.job)
@@ -361,14 +373,11 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     unrecorded = {c.individual: c.about
                   for c in checkpoints.unrecorded(recorded)}
     cut = promotion.held(paths)
-    resumable = to_resume(individuals, cut)
-    waiting = to_continue(resumable, plan.config.space, topo.layout.workers, topo.worker,
-                          unrecorded)
-    if topo.worker == 0:  # the console shows rank 0's lines: it says them all
-        every = to_continue(resumable, plan.config.space, 1, 0, unrecorded)
-        if every:
-            log.info("continuing %d interrupted evaluation(s) under their ids, dealt out to "
-                     "the workers in turn: %s", len(every), ", ".join(str(i.id) for i in every))
+    interrupted = to_continue(to_resume(individuals, cut), plan.config.space, unrecorded)
+    waiting = dealt(interrupted, topo)
+    if topo.worker == 0 and interrupted:  # the console shows rank 0's lines: it says them all
+        log.info("continuing %d interrupted evaluation(s) under their ids, dealt out to the "
+                 "workers in turn: %s", len(interrupted), ", ".join(str(i.id) for i in interrupted))
     if waiting:
         log.info("this worker continues %s", ", ".join(str(i.id) for i in waiting),
                  extra=FILE_ONLY)
@@ -383,7 +392,7 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     succeeded = bool((individuals["status"] == int(Status.OK)).any())
     lineages = plan.config.evolution.strategy_of(topo.island) == "pbt"
     return restore_population(individuals, migrations, plan.config.space, topo.layout,
-                              topo.island, lineages), waiting, paused, succeeded
+                              topo.island, lineages), interrupted, paused, succeeded
 
 
 def _say_orphaned_scripts(paths: record.RunPaths, recorded: set[int]) -> None:
