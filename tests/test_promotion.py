@@ -26,7 +26,7 @@ from atoll.engine.population import Population
 from atoll.engine.topology import Layout
 from atoll.evolution import Continue, ga_strategy
 from atoll.evolution.pbt import PBT
-from atoll.evolution.strategy import PromoteFirst
+from atoll.evolution.strategy import ContinueFirst, PromoteFirst
 from atoll.individual import FINISHED, Individual, Status
 from atoll.record import RunPaths, open_run, promotion, read_history
 from atoll.record.checkpoints import CheckpointStore
@@ -271,6 +271,14 @@ def test_a_resumed_pbt_worker_leaves_alone_the_member_an_interrupted_child_repla
         chosen[worker] = strategy.ask([], random.Random(0), 10 + worker)
     assert isinstance(chosen[0], Continue) and chosen[0].individual.id == 7  # worker 0's share
     assert replaced_member(chosen[1]) == 3  # not member 2, which that child replaces
+    # On 2 islands the child goes to worker 1 (island 1) and lives on there: at home on
+    # island 0 its member trains on, never held for a child that will not come back.
+    other = Individual(5, {"x": 0.4}, status=Status.INTERRUPTED, worker=0, owner=0)
+    topo = Topology(plan_layout(2, 1, 2), MPI.COMM_SELF, MPI.COMM_SELF, MPI.COMM_SELF, 0, 0)
+    strategy, _ = _strategy(config, RunPaths(tmp_path), topo, None, [other, child], [])
+    assert isinstance(strategy, ContinueFirst) and [i.id for i in strategy.waiting] == [5]
+    pbt = strategy.strategy
+    assert isinstance(pbt, PBT) and pbt.busy == set()
 
 
 def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):

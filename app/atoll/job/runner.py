@@ -330,8 +330,12 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
     hear_started = None
     if isinstance(strategy, PBT):
         hear_started = strategy.started  # its members: none is trained on twice at once
-        for ind in interrupted:  # continued from the start, by whichever worker: no message
-            strategy.started(ind)  # could come before every partner bred its first
+        # The children continued on this island from the start: no message could come before
+        # every partner bred its first. (One continued on another island lives on there; its
+        # member trains on here.)
+        for n, ind in enumerate(interrupted):
+            if topo.layout.island_of_worker(n % topo.layout.workers) == topo.island:
+                strategy.started(ind)
     if not config.inherits:
         strategy = Distinct(strategy, topo.worker)
         if any(not isinstance(param, FloatParam) for param in config.space.params):
@@ -345,7 +349,8 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
 
 def dealt(interrupted: Sequence[Individual], topo: Topology) -> list[Individual]:
     """This worker's share of the interrupted evaluations: in turn over the job's workers, in
-    order of id, so that no worker gets more of them than its share of the budget."""
+    order of id, so that no worker gets more of them than its share of the budget (whatever
+    island they ran on: dealt island by island, a new layout could give some worker more)."""
     return list(interrupted[topo.worker::topo.layout.workers])
 
 
