@@ -279,6 +279,11 @@ def test_a_resumed_pbt_worker_leaves_alone_the_member_an_interrupted_child_repla
     assert isinstance(strategy, ContinueFirst) and [i.id for i in strategy.waiting] == [5]
     pbt = strategy.strategy
     assert isinstance(pbt, PBT) and pbt.busy == set()
+    # A child paused at the island's rung holds its member from the start too.
+    waits = Individual(8, {"x": 0.5}, status=Status.PAUSED, origin=Origin.PBT, parents=(3, -1))
+    topo = Topology(layout, MPI.COMM_SELF, MPI.COMM_SELF, MPI.COMM_SELF, 1, 0)
+    strategy, _ = _strategy(config, RunPaths(tmp_path), topo, None, [child], [waits])
+    assert isinstance(strategy, PBT) and strategy.busy == {2, 3}
 
 
 def test_a_paused_pbt_child_leaves_its_members_checkpoint_until_it_completes(tmp_path):
@@ -556,8 +561,8 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
     assert np.count_nonzero(later["id"] == gone) == parts_of_gone  # job 1 never ran it
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
-    said = re.findall(r"continuing (\d+) interrupted evaluation\(s\) under their ids, dealt "
-                      r"out to the workers in turn: ([\d, ]+)\n", logs)
+    said = re.findall(r"continuing (\d+) interrupted evaluation\(s\) under their ids, each "
+                      r"where it ran if this layout has its worker: ([\d, ]+)\n", logs)
     shares = [int(i) for line in re.findall(r"this worker continues ([\d, ]+)\n", logs)
               for i in line.split(", ")]
     assert len(said) == 1 and cut in shares  # the total once (worker 0), each share apart

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from atoll.engine.restore import completed_count, moved_islands, restore_population
+from atoll.engine.restore import completed_count, deal, moved_islands, restore_population
 from atoll.engine.topology import plan_layout
-from atoll.individual import Origin, Status
+from atoll.individual import Individual, Origin, Status
 from atoll.record.schema import MODE_NAMES, individual_dtype, migration_dtype
 from atoll.space import Space
 
@@ -105,3 +105,26 @@ def test_a_pbt_islands_members_are_dealt_out_to_its_workers_in_turn():
                                                         lineages=True)}
     assert owners == {0: 0, 4: 1, 6: 0, 8: 1, 2: 0}
     assert {i.owner for i in restore_population(ind, migrations([]), SPACE, layout, 0)} == {0}
+
+
+def test_interrupted_evaluations_go_on_where_they_ran_and_the_rest_to_the_fewest():
+    """A requeue on the same layout continues each where it ran (a PBT lineage stays on its
+    island); a worker gone, moved to another island or ran two hands them on to the workers
+    with the fewest, of their island first: none gets more than its share of the budget."""
+    def interrupted(*ran: tuple[int, int]) -> list[Individual]:
+        return [Individual(id=n, params={"x": 0.0}, worker=worker, island=island,
+                           status=Status.INTERRUPTED) for n, (worker, island) in enumerate(ran)]
+
+    same = plan_layout(4, 1, 2)  # workers 0, 1 on island 0; 2, 3 on island 1
+    assert deal(interrupted((3, 1), (1, 0), (2, 1)), same) == [3, 1, 2]
+    # worker 1 ran two: its second goes to its island's idle worker 0, not island 1's
+    assert deal(interrupted((1, 0), (1, 0), (2, 1)), same) == [1, 0, 2]
+    # one island of 2 workers now: ran on island 1 (worker 3 gone) -> the fewest, lowest
+    merged = plan_layout(2, 1, 1)
+    assert deal(interrupted((3, 1), (1, 0), (0, 0)), merged) == [0, 1, 0]
+    # 4 workers on one island split into 2 islands: workers 2 and 3 are on island 1 now, so
+    # what they ran on island 0 goes to island 0's idle worker 1 first, then to the fewest
+    split = plan_layout(4, 1, 2)
+    assert deal(interrupted((0, 0), (2, 0), (3, 0)), split) == [0, 1, 2]
+    loads = np.bincount(deal(interrupted(*[(0, 0)] * 9), split), minlength=4)
+    assert loads.tolist() == [3, 2, 2, 2]  # one where it ran, the rest evenly

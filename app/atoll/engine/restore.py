@@ -12,7 +12,7 @@ island agree without talking.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -116,7 +116,7 @@ def pbt_members(individuals: list[Individual]) -> list[Individual]:
 def to_continue(individuals: np.ndarray, space: Space,
                 unrecorded: Mapping[int, Mapping[str, Any]] | None = None) -> list[Individual]:
     """The evaluations that were interrupted and never completed since, in order of id, each
-    to be continued under its id (the runner deals them out to the job's workers). An
+    to be continued under its id (:func:`deal` gives each a worker). An
     interrupted one is taken as its last part was recorded; ``unrecorded`` adds those a killed
     job left only a checkpoint of (id: the individual as the checkpoint keeps it)."""
     status = individuals["status"]
@@ -129,6 +129,29 @@ def to_continue(individuals: np.ndarray, space: Space,
         if space.contains(params):
             waiting[ident] = from_about(ident, kept, params)
     return [waiting[ident] for ident in sorted(waiting)]
+
+
+def deal(interrupted: Sequence[Individual], layout: Layout) -> list[int]:
+    """The worker that continues each of ``interrupted``: the one that ran it, where this
+    layout has that worker on the same island (a requeue on the same allocation: each goes
+    on where it ran, a PBT lineage at home), at most one each; the others to a worker with
+    the fewest so far, of their island first, so no worker gets more than its share of the
+    budget."""
+    load = [0] * layout.workers
+    chosen = [-1] * len(interrupted)
+    for n, ind in enumerate(interrupted):
+        ran = ind.worker
+        if 0 <= ran < layout.workers and load[ran] == 0 and \
+                layout.island_of_worker(ran) == ind.island % layout.islands:
+            chosen[n], load[ran] = ran, 1
+    for n, ind in enumerate(interrupted):
+        if chosen[n] < 0:
+            home = ind.island % layout.islands
+            worker = min(range(layout.workers),
+                         key=lambda w: (load[w], layout.island_of_worker(w) != home, w))
+            chosen[n] = worker
+            load[worker] += 1
+    return chosen
 
 
 def recorded(rows: np.ndarray, space: Space) -> list[Individual]:

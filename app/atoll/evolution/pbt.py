@@ -14,10 +14,11 @@ evaluation before it. When a worker's member finished a segment, the worker asks
 
 Until the island has ``population_size`` members, new ones start at random, and so does one
 whenever every member waits at a rung (``asha``) or trains on another worker: partners hear
-what each other began (:meth:`PBT.started`), so no two children replace one member. A child's
-parents are (source, replaced member) when it copied another member and (member, none) when it
-trained its member on (:func:`atoll.individual.replaced_member`); the members are the island's
-own results no later result replaced, learned only from :meth:`PBT.tell`.
+what each other began (:meth:`PBT.started`), so no two children replace one member (unless
+two workers pick it within one message's flight). A child's parents are (source, replaced
+member) when it copied another member and (member, none) when it trained its member on
+(:func:`atoll.individual.replaced_member`); the members are the island's own results no later
+result replaced, learned only from :meth:`PBT.tell`.
 
 Islands exchange weights through migration: a copy from another island
 (:func:`atoll.individual.is_copy`) is no member (nobody here trains it on, so as a member it

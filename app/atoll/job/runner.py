@@ -25,7 +25,7 @@ from atoll.engine.lone_failure import end_every_rank
 from atoll.engine.paused import paused_on, paused_rows, to_resume, without_checkpoint
 from atoll.engine.population import Population
 from atoll.engine.protocol import Codec, MpiMailbox
-from atoll.engine.restore import restore_population, to_continue
+from atoll.engine.restore import deal, restore_population, to_continue
 from atoll.engine.stopping import (
     DISK_FULL,
     StopFlag,
@@ -330,12 +330,15 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
     hear_started = None
     if isinstance(strategy, PBT):
         hear_started = strategy.started  # its members: none is trained on twice at once
-        # The children continued on this island from the start: no message could come before
-        # every partner bred its first. (One continued on another island lives on there; its
-        # member trains on here.)
-        for n, ind in enumerate(interrupted):
-            if topo.layout.island_of_worker(n % topo.layout.workers) == topo.island:
+        # Members whose children are continued on this island or wait at its rungs: hold
+        # them from the start, as no message could come before every partner bred its first.
+        # (A child continued on another island lives on there; its member trains on here.)
+        continued = deal(interrupted, topo.layout)
+        for ind, worker in zip(interrupted, continued, strict=True):
+            if topo.layout.island_of_worker(worker) == topo.island:
                 strategy.started(ind)
+        for ind in paused:  # the island's
+            strategy.started(ind)
     if not config.inherits:
         strategy = Distinct(strategy, topo.worker)
         if any(not isinstance(param, FloatParam) for param in config.space.params):
@@ -348,10 +351,10 @@ def _strategy(config: Config, paths: record.RunPaths, topo: Topology,
 
 
 def dealt(interrupted: Sequence[Individual], topo: Topology) -> list[Individual]:
-    """This worker's share of the interrupted evaluations: in turn over the job's workers, in
-    order of id, so that no worker gets more of them than its share of the budget (whatever
-    island they ran on: dealt island by island, a new layout could give some worker more)."""
-    return list(interrupted[topo.worker::topo.layout.workers])
+    """This worker's share of the interrupted evaluations (:func:`deal`)."""
+    workers = deal(interrupted, topo.layout)
+    return [ind for ind, worker in zip(interrupted, workers, strict=True)
+            if worker == topo.worker]
 
 
 def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
@@ -381,8 +384,9 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     interrupted = to_continue(to_resume(individuals, cut), plan.config.space, unrecorded)
     waiting = dealt(interrupted, topo)
     if topo.worker == 0 and interrupted:  # the console shows rank 0's lines: it says them all
-        log.info("continuing %d interrupted evaluation(s) under their ids, dealt out to the "
-                 "workers in turn: %s", len(interrupted), ", ".join(str(i.id) for i in interrupted))
+        log.info("continuing %d interrupted evaluation(s) under their ids, each where it ran "
+                 "if this layout has its worker: %s", len(interrupted),
+                 ", ".join(str(i.id) for i in interrupted))
     if waiting:
         log.info("this worker continues %s", ", ".join(str(i.id) for i in waiting),
                  extra=FILE_ONLY)
