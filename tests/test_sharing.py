@@ -167,3 +167,48 @@ def test_a_job_whose_block_of_ids_would_pass_int64_is_refused():
         id_block(one_island)
     islands = JobPlan(config, Layout(10_000, 1, 10_000), budget, resumed=False)
     assert id_block(islands) == [0, budget * 1000]  # each worker its own share
+
+
+def test_a_worker_that_began_its_last_says_so_is_not_asked_and_keeps_its_word():
+    """At a job's end every worker is on its last evaluation: without a word from them, one
+    that finished first would ask each and wait for its "nothing" until its evaluation ended,
+    with every answer waiting for a poll of a crowded rank."""
+    post, (early, late, other) = workers(3)
+    for sharing in (early, late, other):
+        sharing.begin(Budget(2))
+    late.done = other.done = 1
+    late.begin_step()  # its last: none left to give
+    assert (Tag.SPENT, 1, 0) in post.inboxes[0] and (Tag.SPENT, 1, 0) in post.inboxes[2]
+    late.begin_step()  # said once
+    assert sum(m[0] == Tag.SPENT for m in post.inboxes[0]) == 1
+    other.begin_step()
+    early.done = 2
+    assert not early.go_on()  # both said so: it asks nobody and waits for nobody
+    assert not any(m[0] == Tag.ASK_SHARE for box in post.inboxes for m in box)
+    # a worker that said so gives nothing later, even what it was given meanwhile
+    late.budget.evaluations += 3
+    post.mailbox(2).send_count(Tag.ASK_SHARE, 0, [1])
+    late.take_in()
+    assert (Tag.SHARE, 1, 0) in post.inboxes[2] and late.budget.evaluations == 5
+
+
+def test_an_ask_crossing_a_word_of_spent_is_not_waited_for():
+    """A partner's spent word that arrives after our ask: we stop waiting for its answer."""
+    post, (asker, partner) = workers(2)
+    asker.begin(Budget(1))
+    partner.begin(Budget(1))
+    asker.done = 1
+    stops = iter([False, False, False, True])  # the test ends a wait that never ends
+    asker.budget.stop_requested = lambda: next(stops)
+
+    crossed: list[bool] = []
+
+    def take_in() -> int:
+        if not crossed and post.inboxes[1]:  # our ask is on its way: the word crosses it
+            crossed.append(True)
+            partner.begin_step()
+        return post.mailbox(0).poll(lambda tag, source, payload: asker.hear(tag, source,
+                                                                            payload))
+    asker.take_in = take_in
+    assert not asker.go_on()
+    assert next(stops) is False  # it stopped on the word, not on the stop

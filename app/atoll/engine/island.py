@@ -197,7 +197,7 @@ class IslandLoop:
         steps = 0
         self.sharing.begin(budget)
         while self.sharing.go_on():  # it took in what arrived: the step polls no more
-            self.sharing.evaluating = True  # from here on, one of the share is this step's
+            self.sharing.begin_step()  # from here on, one of the share is this step's
             self.sharing.done += self._cycle(steps).status != Status.PAUSED
             self.sharing.evaluating = False
             steps += 1

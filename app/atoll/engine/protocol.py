@@ -40,9 +40,10 @@ class Tag(IntEnum):
     ASK_SHARE = 6  # a worker that spent its share of the budget asks its island partners
     SHARE = 7  # the answer: evaluations of the budget given (0 or more)
     OUT = 8  # a worker stops: ask it no more (:mod:`atoll.engine.sharing`)
+    SPENT = 9  # a worker has begun the last of its share: it has none to give, ask it not
 
 
-COUNTED = frozenset({Tag.ASK_SHARE, Tag.SHARE, Tag.OUT})
+COUNTED = frozenset({Tag.ASK_SHARE, Tag.SHARE, Tag.OUT, Tag.SPENT})
 """Tags whose message is one count (an int)."""
 
 

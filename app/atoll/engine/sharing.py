@@ -7,6 +7,8 @@ worker is done, on a GPU the allocation pays for. So it asks its island partners
 gives half of what it has not yet begun (rounded up), and a worker stops only when every partner
 it asked gave nothing. Shares change hands and are never copied, so the job still completes its
 budget exactly. A worker that stops says so, and is asked no more: after that it only drains.
+A worker that has begun the last of its share (or asks) says it gives no more, and keeps its
+word: it is asked no more either, so at a job's end nobody waits for a partner's "nothing".
 
 Partners answer at each report of their running evaluation (``ctx.report``, also
 ``ctx.stop_requested``) and between evaluations, so an ask waits about an epoch (an evaluation,
@@ -42,6 +44,8 @@ class Sharing:
         self.evaluating = False  # a step has begun: it will need one of the share
         self._asked: set[int] = set()  # partners whose answer has not arrived
         self._out: set[int] = set()  # partners that stopped
+        self._spent: set[int] = set()  # partners that said they give no more (or asked)
+        self._said_spent = False  # this worker said so: it gives nothing from then on
 
     def begin(self, budget: Budget) -> None:
         self.budget, self.done = budget, 0
@@ -58,11 +62,26 @@ class Sharing:
             return not budget.stop_requested()
         return self._given_more(budget)
 
+    def begin_step(self) -> None:
+        """A step begins: one of the share is its own from here on. Once that leaves none to
+        give, the partners are told, once, and it gives nothing from then on (a gift it is
+        given later it trains itself): at a job's end each worker would otherwise ask every
+        partner still evaluating its last and wait for its "nothing", with every answer
+        waiting for a poll of a crowded rank."""
+        self.evaluating = True
+        if not self._said_spent and self._spare() <= 0:
+            self._said_spent = True
+            still = [p for p in self.peers if p not in self._out]
+            if still:
+                self.send(Tag.SPENT, 0, still)
+
     def _given_more(self, budget: Budget) -> bool:
-        fresh = [p for p in self.peers if p not in self._out and p not in self._asked]
+        fresh = [p for p in self.peers
+                 if p not in self._out and p not in self._asked and p not in self._spent]
         if (fresh or self._asked) and budget.stop_requested():
             return False
         if fresh:
+            self._said_spent = True  # an ask says so too: this worker gives no more
             self.send(Tag.ASK_SHARE, 0, fresh)
             self._asked.update(fresh)
         backoff = Backoff()
@@ -89,6 +108,7 @@ class Sharing:
     def hear(self, tag: Tag, source: int, count: int) -> None:
         if tag == Tag.ASK_SHARE:
             self._answer(source)
+            self._heard_spent(source)  # an ask says so too
         elif tag == Tag.SHARE:
             self._asked.discard(source)
             if self.budget is not None:  # else: given after a stop, which leaves it unspent
@@ -96,11 +116,26 @@ class Sharing:
         elif tag == Tag.OUT:
             self._out.add(source)
             self._asked.discard(source)
+        elif tag == Tag.SPENT:
+            self._heard_spent(source)
 
-    def _answer(self, source: int) -> None:
+    def _heard_spent(self, source: int) -> None:
+        """``source`` gives no more: it is asked no more, and an ask of ours it has not
+        answered yet is not waited for (its answer, nothing, may come later)."""
+        self._spent.add(source)
+        self._asked.discard(source)
+
+    def _spare(self) -> int:
+        """What of this worker's share no evaluation has begun and none is kept for."""
+        assert self.budget is not None
+        return self.budget.evaluations - self.done - self.evaluating - self.kept()
+
+    def _answer(self, source: int) -> int:
+        """What ``source`` is given of this worker's share (the part it has not begun)."""
         if self.budget is None:  # out: the asker hears OUT instead
-            return
-        spare = self.budget.evaluations - self.done - self.evaluating - self.kept()
+            return 0
+        spare = 0 if self._said_spent else self._spare()  # its word holds
         given = (spare + 1) // 2 if spare > 0 else 0
         self.budget.evaluations -= given
         self.send(Tag.SHARE, given, [source])
+        return given
