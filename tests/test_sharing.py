@@ -185,11 +185,27 @@ def test_a_worker_that_began_its_last_says_so_is_not_asked_and_keeps_its_word():
     early.done = 2
     assert not early.go_on()  # both said so: it asks nobody and waits for nobody
     assert not any(m[0] == Tag.ASK_SHARE for box in post.inboxes for m in box)
-    # a worker that said so gives nothing later, even what it was given meanwhile
-    late.budget.evaluations += 3
     post.mailbox(2).send_count(Tag.ASK_SHARE, 0, [1])
     late.take_in()
-    assert (Tag.SHARE, 1, 0) in post.inboxes[2] and late.budget.evaluations == 5
+    assert (Tag.SHARE, 1, 0) in post.inboxes[2]  # its word holds: nothing
+    # Done, it is given 3 and begins one at once: 2 to spare, and it says so, and gives again.
+    late.done, late.evaluating = 2, True
+    post.mailbox(2).send_count(Tag.SHARE, 3, [1])
+    late.take_in()
+    assert (Tag.SPARE, 1, 0) in post.inboxes[0] and (Tag.SPARE, 1, 0) in post.inboxes[2]
+    post.mailbox(0).send_count(Tag.ASK_SHARE, 0, [1])
+    late.take_in()
+    assert (Tag.SHARE, 1, 1) in post.inboxes[0] and late.budget.evaluations == 5 - 1
+
+
+def test_a_continued_evaluation_is_not_counted_twice_when_a_worker_says_it_is_spent():
+    """A resumed worker keeps a unit for each interrupted evaluation it continues; the step
+    that continues one is one of those, so with a share of 2 and one kept it has 1 to spare."""
+    post = MemoryPost(2)
+    kept = Sharing([1], post.mailbox(0).send_count, lambda: 0, kept=lambda: 1)
+    kept.begin(Budget(2))
+    kept.begin_step()
+    assert not post.inboxes[1]  # no SPENT: the other unit is still to give
 
 
 def test_an_ask_crossing_a_word_of_spent_is_not_waited_for():

@@ -41,9 +41,10 @@ class Tag(IntEnum):
     SHARE = 7  # the answer: evaluations of the budget given (0 or more)
     OUT = 8  # a worker stops: ask it no more (:mod:`atoll.engine.sharing`)
     SPENT = 9  # a worker has begun the last of its share: it has none to give, ask it not
+    SPARE = 10  # a worker that said SPENT was given more than it begins at once: ask it again
 
 
-COUNTED = frozenset({Tag.ASK_SHARE, Tag.SHARE, Tag.OUT, Tag.SPENT})
+COUNTED = frozenset({Tag.ASK_SHARE, Tag.SHARE, Tag.OUT, Tag.SPENT, Tag.SPARE})
 """Tags whose message is one count (an int)."""
 
 
@@ -61,7 +62,7 @@ CURVE_POINTS = 32
 """Points per curve message: a longer curve travels in parts, each learned as it arrives."""
 _CURVE_SIZE = _CURVE_HEAD.size + CURVE_POINTS * _POINT.size
 RECEIVE_SLOTS = 64  # receives kept posted per leader (at most one per other leader)
-QUIET_SECONDS = 1e-3  # a poll this long after the last one looks twice if it finds nothing
+QUIET_SECONDS = 0.05  # a poll this long after the last one looks twice if it finds nothing
 
 
 class Codec:
@@ -191,8 +192,10 @@ class MpiMailbox:
 
         Open MPI moves messages along inside any MPI call, but Testsome does so only after it
         found nothing complete, so what arrived since the last MPI call completes only in
-        the next one. After a quiet spell (a long evaluation, a descheduled rank) a poll that
-        finds nothing therefore looks once more; polls in quick succession look once.
+        the next one. After a quiet spell (an evaluation longer than QUIET_SECONDS) a poll
+        that finds nothing therefore looks once more, lest an answer wait a whole evaluation
+        more; after a short one the next poll comes soon enough, and each look that finds
+        nothing yields the core on a crowded node.
         """
         count = 0
         self._handle_arrived(handle)  # what an earlier poll's failing handler left

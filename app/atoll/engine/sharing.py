@@ -8,7 +8,8 @@ gives half of what it has not yet begun (rounded up), and a worker stops only wh
 it asked gave nothing. Shares change hands and are never copied, so the job still completes its
 budget exactly. A worker that stops says so, and is asked no more: after that it only drains.
 A worker that has begun the last of its share (or asks) says it gives no more, and keeps its
-word: it is asked no more either, so at a job's end nobody waits for a partner's "nothing".
+word until a gift leaves it some to spare (it says that too): it is not asked meanwhile, so at
+a job's end nobody waits for a partner's "nothing".
 
 Partners answer at each report of their running evaluation (``ctx.report``, also
 ``ctx.stop_requested``) and between evaluations, so an ask waits about an epoch (an evaluation,
@@ -64,16 +65,22 @@ class Sharing:
 
     def begin_step(self) -> None:
         """A step begins: one of the share is its own from here on. Once that leaves none to
-        give, the partners are told, once, and it gives nothing from then on (a gift it is
-        given later it trains itself): at a job's end each worker would otherwise ask every
-        partner still evaluating its last and wait for its "nothing", with every answer
-        waiting for a poll of a crowded rank."""
+        give, the partners are told, and it gives nothing until a gift leaves it more than
+        it begins at once (then they are told that): at a job's end each worker would
+        otherwise ask every partner still evaluating its last and wait for its "nothing",
+        with every answer waiting for a poll of a crowded rank."""
         self.evaluating = True
-        if not self._said_spent and self._spare() <= 0:
+        assert self.budget is not None
+        # A continued evaluation is one of those kept for the interrupted: not counted twice.
+        spare = self.budget.evaluations - self.done - max(1, self.kept())
+        if not self._said_spent and spare <= 0:
             self._said_spent = True
-            still = [p for p in self.peers if p not in self._out]
-            if still:
-                self.send(Tag.SPENT, 0, still)
+            self._tell(Tag.SPENT)
+
+    def _tell(self, tag: Tag) -> None:
+        still = [p for p in self.peers if p not in self._out]
+        if still:
+            self.send(tag, 0, still)
 
     def _given_more(self, budget: Budget) -> bool:
         fresh = [p for p in self.peers
@@ -113,11 +120,16 @@ class Sharing:
             self._asked.discard(source)
             if self.budget is not None:  # else: given after a stop, which leaves it unspent
                 self.budget.evaluations += count
+                if count and self._said_spent and self._spare() > 0:
+                    self._said_spent = False  # more than it begins at once: it gives again
+                    self._tell(Tag.SPARE)
         elif tag == Tag.OUT:
             self._out.add(source)
             self._asked.discard(source)
         elif tag == Tag.SPENT:
             self._heard_spent(source)
+        elif tag == Tag.SPARE:
+            self._spent.discard(source)
 
     def _heard_spent(self, source: int) -> None:
         """``source`` gives no more: it is asked no more, and an ask of ours it has not
