@@ -561,8 +561,8 @@ def test_a_resume_promotes_the_paused_individuals_of_the_first_job(tmp_path):
     assert np.count_nonzero(later["id"] == cut) >= 2 and promotion.held(paths) == set()
     assert np.count_nonzero(later["id"] == gone) == parts_of_gone  # job 1 never ran it
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("job001-*.log"))
-    said = re.findall(r"continuing (\d+) interrupted evaluation\(s\) under their ids, each "
-                      r"where it ran if this layout has its worker: ([\d, ]+)\n", logs)
+    said = re.findall(r"continuing (\d+) interrupted evaluation\(s\), each where it ran if "
+                      r"this layout has its worker, under their ids: ([\d, ]+)\n", logs)
     shares = [int(i) for line in re.findall(r"this worker continues ([\d, ]+)\n", logs)
               for i in line.split(", ")]
     assert len(said) == 1 and cut in shares  # the total once (worker 0), each share apart

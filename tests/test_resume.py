@@ -244,8 +244,8 @@ def test_a_finished_evaluations_checkpoint_outlives_it_until_its_row_is_written(
     (trace / "go").touch()
     done = run(atoll_cmd("resume", str(run_dir)), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "continuing 1 interrupted evaluation(s) under their ids, each where it ran if this " \
-        "layout has its worker: 0" in done.stderr
+    assert "continuing 1 interrupted evaluation(s), each where it ran if this layout has its " \
+        "worker, under their ids: 0" in done.stderr
     ind = check_complete(run_dir, 4)
     assert ind[ind["id"] == 0]["loss"].tolist() == [1.0]  # its one epoch, from the checkpoint
     assert (trace / "0.txt").read_text().split() == ["0"]  # and not trained again

@@ -384,8 +384,8 @@ def _restored(plan: JobPlan, paths: record.RunPaths, topo: Topology,
     interrupted = to_continue(to_resume(individuals, cut), plan.config.space, unrecorded)
     waiting = dealt(interrupted, topo)
     if topo.worker == 0 and interrupted:  # the console shows rank 0's lines: it says them all
-        log.info("continuing %d interrupted evaluation(s) under their ids, each where it ran "
-                 "if this layout has its worker: %s", len(interrupted),
+        log.info("continuing %d interrupted evaluation(s), each where it ran if this layout "
+                 "has its worker, under their ids: %s", len(interrupted),
                  ", ".join(str(i.id) for i in interrupted))
     if waiting:
         log.info("this worker continues %s", ", ".join(str(i.id) for i in waiting),
