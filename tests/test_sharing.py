@@ -208,23 +208,28 @@ def test_a_continued_evaluation_is_not_counted_twice_when_a_worker_says_it_is_sp
     assert not post.inboxes[1]  # no SPENT: the other unit is still to give
 
 
-def test_an_ask_crossing_a_word_of_spent_is_not_waited_for():
-    """A partner's spent word that arrives after our ask: we stop waiting for its answer."""
-    post, (asker, partner) = workers(2)
+def test_an_ask_crossing_a_word_of_spent_is_still_waited_for_and_its_gift_arrives():
+    """The partner says it is spent while our ask is on its way, then is given 3 and takes
+    its word back, then reads our ask and gives 1. Had the word ended our wait, we would have
+    stopped, and that share would have reached a worker that stopped: lost from the budget."""
+    post, (asker, partner, _) = workers(3)
     asker.begin(Budget(1))
     partner.begin(Budget(1))
     asker.done = 1
-    stops = iter([False, False, False, True])  # the test ends a wait that never ends
-    asker.budget.stop_requested = lambda: next(stops)
-
-    crossed: list[bool] = []
+    post.mailbox(2).send_count(Tag.OUT, 0, [0])  # the third stopped: only the partner is asked
+    post.mailbox(2).send_count(Tag.SHARE, 3, [1])  # the partner's gift, read before our ask
+    calls: list[int] = []
+    own = asker.take_in
 
     def take_in() -> int:
-        if not crossed and post.inboxes[1]:  # our ask is on its way: the word crosses it
-            crossed.append(True)
+        calls.append(1)
+        if len(calls) == 2:  # our ask is on its way: the partner begins its last, says so
             partner.begin_step()
-        return post.mailbox(0).poll(lambda tag, source, payload: asker.hear(tag, source,
-                                                                            payload))
+            partner.done = 1  # and, done, waits for a share itself
+        elif len(calls) == 3:  # it reads the gift (takes its word back), then our ask
+            partner.take_in()
+        return own()
     asker.take_in = take_in
-    assert not asker.go_on()
-    assert next(stops) is False  # it stopped on the word, not on the stop
+    assert asker.go_on()
+    assert asker.budget.evaluations == 2 and partner.budget.evaluations == 1 + 3 - 1
+    assert (Tag.SPARE, 1, 0) in post.inboxes[2]  # said to the others too

@@ -9,7 +9,7 @@ it asked gave nothing. Shares change hands and are never copied, so the job stil
 budget exactly. A worker that stops says so, and is asked no more: after that it only drains.
 A worker that has begun the last of its share (or asks) says it gives no more, and keeps its
 word until a gift leaves it some to spare (it says that too): it is not asked meanwhile, so at
-a job's end nobody waits for a partner's "nothing".
+a job's end nobody asks a partner on its last evaluation and waits for its "nothing".
 
 Partners answer at each report of their running evaluation (``ctx.report``, also
 ``ctx.stop_requested``) and between evaluations, so an ask waits about an epoch (an evaluation,
@@ -132,10 +132,10 @@ class Sharing:
             self._spent.discard(source)
 
     def _heard_spent(self, source: int) -> None:
-        """``source`` gives no more: it is asked no more, and an ask of ours it has not
-        answered yet is not waited for (its answer, nothing, may come later)."""
+        """``source`` gives no more: it is asked no more. An ask of ours it has not answered
+        yet is still waited for: a gift may make it take its word back (SPARE) before it
+        answers, and a share given to a worker that has stopped would be lost."""
         self._spent.add(source)
-        self._asked.discard(source)
 
     def _spare(self) -> int:
         """What of this worker's share no evaluation has begun and none is kept for."""
