@@ -142,12 +142,10 @@ class Sharing:
         assert self.budget is not None
         return self.budget.evaluations - self.done - self.evaluating - self.kept()
 
-    def _answer(self, source: int) -> int:
-        """What ``source`` is given of this worker's share (the part it has not begun)."""
+    def _answer(self, source: int) -> None:
         if self.budget is None:  # out: the asker hears OUT instead
-            return 0
+            return
         spare = 0 if self._said_spent else self._spare()  # its word holds
         given = (spare + 1) // 2 if spare > 0 else 0
         self.budget.evaluations -= given
         self.send(Tag.SHARE, given, [source])
-        return given
